@@ -1,0 +1,38 @@
+// Collective algorithms over a Group. All ranks of the group call the same function with
+// consistent arguments (the engine's negotiation guarantees that). Results are bit-identical on
+// every rank (reductions happen in one fixed order), so replicated parameters never drift.
+#pragma once
+#include <cstddef>
+#include <vector>
+#include "common/dtype.h"
+#include "transport/group.h"
+
+namespace hs {
+
+// out = reduce over ranks of in (count elements). in may equal out. op: Sum, Min, Max, Product
+// (Average = Sum then scale, done by the caller). Small messages: one exchange of whole buffers and
+// a local reduction in rank order (latency-optimal); large: ring reduce-scatter + allgather
+// (bandwidth-optimal). count may be 0.
+void allreduce(Group& g, const void* in, void* out, size_t count, DataType dtype, ReduceOp op);
+
+// out = concatenation, in rank order, of every rank's in; bytes_per_rank[r] is rank r's size
+// (may differ, may be 0). in is bytes_per_rank[g.rank()] long.
+void allgatherv(Group& g, const void* in, void* out, const std::vector<size_t>& bytes_per_rank);
+
+// buf (bytes long) on root is copied to buf on every rank.
+void broadcast(Group& g, void* buf, size_t bytes, int root);
+
+// Rank r sends send_bytes[p] bytes (consecutive in `in`, in peer order) to peer p and receives
+// recv_bytes[p] bytes from p into `out` (consecutive, in peer order).
+void alltoallv(Group& g, const void* in, const std::vector<size_t>& send_bytes, void* out,
+               const std::vector<size_t>& recv_bytes);
+
+// in holds sum(counts) elements on every rank; out receives this rank's block (counts[g.rank()]
+// elements, blocks laid out in rank order) of the element-wise reduction over ranks.
+void reducescatter(Group& g, const void* in, void* out, const std::vector<size_t>& counts,
+                   DataType dtype, ReduceOp op);
+
+// Returns once every rank of the group has entered.
+void barrier(Group& g);
+
+}  // namespace hs
