@@ -1,0 +1,177 @@
+"""Lifecycle and topology of the native core: init, shutdown, rank/size queries, capabilities.
+
+Function for function with Horovod's ``horovod.common.basics`` as re-exported by ``horovod.torch``.
+"""
+import atexit
+import os
+import threading
+from typing import Optional
+
+from horovod_spark.common import _core, rendezvous
+from horovod_spark.common.exceptions import HorovodInternalError
+
+_lock = threading.RLock()
+_state = {"topology": None, "generation": 0, "mpi": False, "comm": None}
+
+
+def _env_int(name: str, default: int) -> int:
+    value = os.environ.get(name)
+    return default if value in (None, "") else int(value)
+
+
+def init(comm=None, process_sets=None):
+    """Start this rank's collective engine and connect it to every other rank.
+
+    ``comm``: an mpi4py communicator whose ranks form the job (each sub-communicator trains on its
+    own); by default the rank comes from the launcher's environment, from ``mpirun``, or is a single
+    rank. ``process_sets``: ``ProcessSet`` objects to register once connected.
+    """
+    with _lock:
+        if _core.is_created():
+            return
+        ident = rendezvous.identity_from(comm)
+        timeout = float(os.environ.get("HOROVOD_START_TIMEOUT", "120"))
+        port = _core.create(ident.rank, ident.size)
+        try:
+            mine = rendezvous.PeerRecord(ident.rank, rendezvous.advertised_address(), port,
+                                         rendezvous.host_id())
+            records, token = rendezvous.exchange_records(ident, mine, _state["generation"], timeout)
+            _core.start([(r.host, r.port, r.host_id) for r in records], token)
+        except BaseException:
+            _core.shutdown()
+            raise
+        _state["generation"] += 1
+        local_rank, local_size, cross_rank, cross_size = rendezvous.placement(records, ident.rank)
+        if ident.source == "env":  # a launcher that knows the real placement may say so
+            local_rank = _env_int("HOROVOD_LOCAL_RANK", local_rank)
+            local_size = _env_int("HOROVOD_LOCAL_SIZE", local_size)
+            cross_rank = _env_int("HOROVOD_CROSS_RANK", cross_rank)
+            cross_size = _env_int("HOROVOD_CROSS_SIZE", cross_size)
+        _state["topology"] = (ident.rank, ident.size, local_rank, local_size, cross_rank, cross_size)
+        _state["mpi"] = ident.source == "mpi"
+        _state["comm"] = ident.comm
+    if process_sets:
+        from horovod_spark.common import process_sets as _ps
+        for ps in process_sets:
+            _ps.add_process_set(ps)
+
+
+def shutdown():
+    """Stop the engine; pending collectives fail with HorovodInternalError. Safe to call twice."""
+    with _lock:
+        _core.shutdown()
+        _state["topology"] = None
+        from horovod_spark.common import process_sets as _ps
+        _ps._reset()
+
+
+atexit.register(shutdown)
+
+
+def is_initialized() -> bool:
+    return _core.is_created()
+
+
+def _topology():
+    topo = _state["topology"]
+    if topo is None:
+        raise ValueError("horovod_spark has not been initialized; call hvd.init() first")
+    return topo
+
+
+def rank() -> int:
+    return _topology()[0]
+
+
+def size() -> int:
+    return _topology()[1]
+
+
+def local_rank() -> int:
+    return _topology()[2]
+
+
+def local_size() -> int:
+    return _topology()[3]
+
+
+def cross_rank() -> int:
+    return _topology()[4]
+
+
+def cross_size() -> int:
+    return _topology()[5]
+
+
+def is_homogeneous() -> bool:
+    return size() % local_size() == 0
+
+
+def mpi_enabled() -> bool:
+    """True when ranks were formed from an MPI communicator (``mpirun`` or ``init(comm=...)``)."""
+    return bool(_state["mpi"])
+
+
+def mpi_built() -> bool:
+    try:
+        import mpi4py  # noqa: F401
+        return True
+    except ImportError:
+        return False
+
+
+def mpi_threads_supported() -> bool:
+    """Whether MPI was initialised with MPI_THREAD_MULTIPLE (needed to mix our collectives and
+    mpi4py calls from several threads)."""
+    if not mpi_enabled():
+        raise ValueError("mpi_threads_supported() is only meaningful when horovod_spark was "
+                         "initialised under MPI (mpirun or hvd.init(comm=...))")
+    from mpi4py import MPI
+    return MPI.Query_thread() == MPI.THREAD_MULTIPLE
+
+
+def gloo_enabled() -> bool:
+    """Our own TCP/shared-memory transport plays the part of Horovod's Gloo controller."""
+    return is_initialized()
+
+
+def gloo_built() -> bool:
+    return True
+
+
+def nccl_built() -> bool:
+    return False
+
+
+def cuda_built() -> bool:
+    return False
+
+
+def rocm_built() -> bool:
+    return False
+
+
+def ddl_built() -> bool:
+    return False
+
+
+def ccl_built() -> bool:
+    return False
+
+
+def start_timeline(file_path: str, mark_cycles: bool = False) -> None:
+    """Start writing a Chrome-trace timeline (rank 0 writes it, as in Horovod)."""
+    if not is_initialized():
+        raise ValueError("call hvd.init() before start_timeline()")
+    if rank() == 0:
+        _core.start_timeline(os.path.abspath(file_path), bool(mark_cycles))
+
+
+def stop_timeline() -> None:
+    if is_initialized() and rank() == 0:
+        _core.stop_timeline()
+
+
+def config() -> dict:
+    """The core's settings as read from the environment (HOROVOD_FUSION_THRESHOLD, ...)."""
+    return _core.config()

@@ -1,0 +1,152 @@
+"""Collectives on raw CPU buffers: the framework-neutral face of the core.
+
+Every ``*_async`` returns an int handle at once; ``wait(handle)`` returns the result described in
+docs/dev/contracts.md. Buffers must stay alive and unchanged until the handle completes: the core
+reads and writes them in place, without copies.
+"""
+import enum
+from typing import Optional, Sequence
+
+from horovod_spark.common import _core
+from horovod_spark.common.exceptions import (HorovodCollectiveError, HorovodInternalError,
+                                             HorovodTimeoutError)
+
+
+class ReduceOp(enum.IntEnum):
+    Average = 0
+    Sum = 1
+    Adasum = 2
+    Min = 3
+    Max = 4
+    Product = 5
+
+
+Average, Sum, Adasum, Min, Max, Product = (ReduceOp.Average, ReduceOp.Sum, ReduceOp.Adasum,
+                                           ReduceOp.Min, ReduceOp.Max, ReduceOp.Product)
+
+DTYPES = {"uint8": 0, "int8": 1, "int32": 2, "int64": 3, "float16": 4, "bfloat16": 5,
+          "float32": 6, "float64": 7, "bool": 8}
+
+# Operation codes shared with native/engine/message.h (OpType).
+OP_ALLREDUCE, OP_ALLGATHER, OP_BROADCAST, OP_ALLTOALL, OP_REDUCESCATTER = 0, 1, 2, 3, 4
+OP_BARRIER, OP_JOIN, OP_ADD_PROCESS_SET, OP_REMOVE_PROCESS_SET = 5, 6, 7, 8
+
+_ERR_COLLECTIVE, _ERR_INTERNAL = 1, 2
+
+
+def _dtype_code(dtype: str) -> int:
+    try:
+        return DTYPES[dtype]
+    except KeyError:
+        raise TypeError("dtype %r is not supported by horovod_spark collectives; supported: %s"
+                        % (dtype, ", ".join(DTYPES))) from None
+
+
+def _shape(shape) -> list:
+    return [int(d) for d in shape]
+
+
+def _submit(op, name, in_ptr=0, out_ptr=0, dtype="uint8", shape=(), root=0, reduce_op=Sum,
+            prescale=1.0, postscale=1.0, process_set_id=0, group="", group_size=0, splits=()):
+    if not isinstance(name, str) or not name:
+        raise ValueError("collective name must be a non-empty string, got %r" % (name,))
+    return _core.enqueue(op, name, int(in_ptr), int(out_ptr), _dtype_code(dtype), _shape(shape),
+                         int(root), int(reduce_op), float(prescale), float(postscale),
+                         int(process_set_id), group, int(group_size), [int(s) for s in splits])
+
+
+def allreduce_async(name, in_ptr, out_ptr, dtype, shape, op=Average, prescale=1.0, postscale=1.0,
+                    process_set_id=0) -> int:
+    if ReduceOp(op) == ReduceOp.Adasum:
+        raise NotImplementedError("op=Adasum is not supported by horovod_spark; use Average or Sum")
+    return _submit(OP_ALLREDUCE, name, in_ptr, out_ptr, dtype, shape, reduce_op=op,
+                   prescale=prescale, postscale=postscale, process_set_id=process_set_id)
+
+
+def grouped_allreduce_async(names, in_ptrs, out_ptrs, dtype, shapes, op=Average, prescale=1.0,
+                            postscale=1.0, process_set_id=0) -> list:
+    """One handle per tensor; the group is negotiated and reduced as one fused unit."""
+    if not names:
+        return []
+    if not (len(names) == len(in_ptrs) == len(out_ptrs) == len(shapes)):
+        raise ValueError("grouped_allreduce: names, buffers and shapes must have equal lengths")
+    dtypes = [dtype] * len(names) if isinstance(dtype, str) else list(dtype)
+    group = "group:" + names[0] + ":%d" % len(names)
+    return [_submit(OP_ALLREDUCE, n, i, o, d, s, reduce_op=op, prescale=prescale,
+                    postscale=postscale, process_set_id=process_set_id, group=group,
+                    group_size=len(names))
+            for n, i, o, d, s in zip(names, in_ptrs, out_ptrs, dtypes, shapes)]
+
+
+def allgather_async(name, in_ptr, dtype, shape, process_set_id=0) -> int:
+    return _submit(OP_ALLGATHER, name, in_ptr, 0, dtype, shape, process_set_id=process_set_id)
+
+
+def broadcast_async(name, in_ptr, out_ptr, dtype, shape, root_rank, process_set_id=0) -> int:
+    return _submit(OP_BROADCAST, name, in_ptr, out_ptr, dtype, shape, root=root_rank,
+                   process_set_id=process_set_id)
+
+
+def alltoall_async(name, in_ptr, dtype, shape, splits=None, process_set_id=0) -> int:
+    splits = [] if splits is None else [int(s) for s in splits]
+    if any(s < 0 for s in splits):
+        raise ValueError("alltoall splits must be non-negative, got %r" % (splits,))
+    return _submit(OP_ALLTOALL, name, in_ptr, 0, dtype, shape, process_set_id=process_set_id,
+                   splits=splits)
+
+
+def reducescatter_async(name, in_ptr, dtype, shape, op=Average, prescale=1.0, postscale=1.0,
+                        process_set_id=0) -> int:
+    if ReduceOp(op) not in (ReduceOp.Average, ReduceOp.Sum, ReduceOp.Min, ReduceOp.Max,
+                            ReduceOp.Product):
+        raise ValueError("reducescatter op must be Average, Sum, Min, Max or Product")
+    return _submit(OP_REDUCESCATTER, name, in_ptr, 0, dtype, shape, reduce_op=op,
+                   prescale=prescale, postscale=postscale, process_set_id=process_set_id)
+
+
+def barrier_async(process_set_id=0) -> int:
+    return _submit(OP_BARRIER, "__barrier__", process_set_id=process_set_id)
+
+
+# Handles whose result is the core's integer value (last joined rank, process set id).
+_value_handles = set()
+
+
+def join_async() -> int:
+    h = _submit(OP_JOIN, "join")
+    _value_handles.add(h)
+    return h
+
+
+def control_async(op, name, root=0, splits=()) -> int:
+    """Process-set registration requests (a collective over all ranks)."""
+    h = _submit(op, name, root=root, splits=splits)
+    _value_handles.add(h)
+    return h
+
+
+def poll(handle: int) -> bool:
+    return _core.poll(handle)
+
+
+def wait(handle: int, timeout: Optional[float] = None):
+    """Block until the handle completes and return its result (see module doc). The wait happens
+    in short slices so Ctrl-C reaches Python."""
+    import time
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        slice_s = 1.0 if deadline is None else max(0.0, min(1.0, deadline - time.monotonic()))
+        if _core.wait(handle, slice_s):
+            break
+        if deadline is not None and time.monotonic() >= deadline:
+            raise HorovodTimeoutError("collective did not complete within %.1f s" % timeout)
+    kind, message, data, shape, splits, value = _core.take(handle)
+    wants_value = handle in _value_handles
+    _value_handles.discard(handle)
+    if kind == _ERR_COLLECTIVE:
+        raise HorovodCollectiveError(message)
+    if kind == _ERR_INTERNAL:
+        raise HorovodInternalError(message)
+    if data is not None:
+        return (data, tuple(shape), list(splits)) if splits else (data, tuple(shape))
+    return value if wants_value else None

@@ -1,0 +1,126 @@
+"""How a rank learns every other rank's address before the native core connects them.
+
+Three sources, tried in order: an mpi4py communicator (``hvd.init(comm=...)`` or running under
+``mpirun``), the authenticated KV service named by the environment (launcher and Spark runner), or
+nothing at all (a single rank, like Horovod started without a launcher).
+"""
+import hashlib
+import json
+import os
+import socket
+from dataclasses import dataclass
+from typing import List, Optional
+
+from horovod_spark.common.kv_client import KVClient
+
+
+@dataclass
+class PeerRecord:
+    rank: int
+    host: str      # address other ranks connect to
+    port: int
+    host_id: str   # equal host_id => same machine => shared memory
+
+    def encode(self) -> bytes:
+        return json.dumps(self.__dict__).encode()
+
+    @staticmethod
+    def decode(data: bytes) -> "PeerRecord":
+        return PeerRecord(**json.loads(data.decode()))
+
+
+@dataclass
+class Identity:
+    rank: int
+    size: int
+    source: str  # "single", "env", "mpi"
+    comm: object = None
+
+
+_MPI_RANK_VARS = ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK")
+
+
+def identity_from(comm=None, environ=None) -> Identity:
+    env = os.environ if environ is None else environ
+    if comm is None and "HOROVOD_RANK" not in env and any(v in env for v in _MPI_RANK_VARS):
+        from mpi4py import MPI  # launched by mpirun without our launcher
+        comm = MPI.COMM_WORLD
+    if comm is not None:
+        if isinstance(comm, (list, tuple)):
+            raise ValueError("hvd.init(comm=...) takes an mpi4py communicator; build one with "
+                             "MPI.COMM_WORLD.Create_group(MPI.COMM_WORLD.group.Incl(ranks))")
+        return Identity(comm.Get_rank(), comm.Get_size(), "mpi", comm)
+    if "HOROVOD_RANK" not in env:
+        return Identity(0, 1, "single")
+    try:
+        rank, size = int(env["HOROVOD_RANK"]), int(env["HOROVOD_SIZE"])
+    except (KeyError, ValueError) as exc:
+        raise ValueError("HOROVOD_RANK/HOROVOD_SIZE must both be integers (set by horovod-spark-run "
+                         "or horovod_spark.run); got %r/%r" % (env.get("HOROVOD_RANK"), env.get("HOROVOD_SIZE"))) from exc
+    if not 0 <= rank < size:
+        raise ValueError("HOROVOD_RANK=%d is outside [0, HOROVOD_SIZE=%d)" % (rank, size))
+    return Identity(rank, size, "env")
+
+
+def host_id(environ=None) -> str:
+    env = os.environ if environ is None else environ
+    return env.get("HOROVOD_HOSTNAME") or socket.gethostname()
+
+
+def advertised_address(environ=None) -> str:
+    """The address of this host that other ranks can reach: the interface that routes to the
+    rendezvous service (loopback when it is local)."""
+    env = os.environ if environ is None else environ
+    if env.get("HOROVOD_ADVERTISE_ADDR"):
+        return env["HOROVOD_ADVERTISE_ADDR"]
+    target = env.get("HOROVOD_RENDEZVOUS_ADDR", "127.0.0.1")
+    if target.startswith("127.") or target == "localhost":
+        return "127.0.0.1"
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.connect((target, int(env.get("HOROVOD_RENDEZVOUS_PORT", "1"))))  # no packet is sent
+        return s.getsockname()[0]
+
+
+def exchange_records(ident: Identity, mine: PeerRecord, generation: int, timeout: float,
+                     environ=None) -> (List[PeerRecord], str):
+    """Every rank's record, by rank, and a token all ranks share (derived from the job secret) that
+    the core uses to refuse connections from anything but its peers."""
+    env = os.environ if environ is None else environ
+    if ident.source == "single":
+        return [mine], hashlib.sha256(os.urandom(16)).hexdigest()
+    if ident.source == "mpi":
+        records = [PeerRecord.decode(b) for b in ident.comm.allgather(mine.encode())]
+        token = ident.comm.bcast(hashlib.sha256(os.urandom(32)).hexdigest(), root=0)
+        return records, token
+    scope = "%s.init.%d" % (env.get("HOROVOD_RUN_SCOPE", "job"), generation)
+    client = KVClient.from_env(env)
+    try:
+        client.put(scope, "rank.%d" % ident.rank, mine.encode())
+        keys = ["rank.%d" % r for r in range(ident.size)]
+        try:
+            values = client.get_many(scope, keys, timeout)
+        except TimeoutError as exc:
+            raise TimeoutError("hvd.init() waited %.0f s for all %d ranks to start (%s). A rank "
+                               "failed to start or is stuck before hvd.init(); HOROVOD_START_TIMEOUT "
+                               "raises the limit." % (timeout, ident.size, exc)) from exc
+    finally:
+        client.close()
+    records = [PeerRecord.decode(values["rank.%d" % r]) for r in range(ident.size)]
+    secret = bytes.fromhex(env["HOROVOD_SECRET_KEY"])
+    token = hashlib.sha256(secret + scope.encode()).hexdigest()
+    return records, token
+
+
+def placement(records: List[PeerRecord], rank: int):
+    """(local_rank, local_size, cross_rank, cross_size) from who shares a host, as Horovod defines
+    them: local among ranks on my host; cross among ranks with my local_rank, hosts in rank order."""
+    me = records[rank]
+    local = [r.rank for r in records if r.host_id == me.host_id]
+    local_rank = local.index(rank)
+    hosts: List[str] = []
+    for r in records:
+        if r.host_id not in hosts:
+            hosts.append(r.host_id)
+    by_host = {h: [r.rank for r in records if r.host_id == h] for h in hosts}
+    cross = [by_host[h][local_rank] for h in hosts if len(by_host[h]) > local_rank]
+    return local_rank, len(local), cross.index(rank), len(cross)

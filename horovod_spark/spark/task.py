@@ -1,0 +1,266 @@
+"""The body of each barrier task, run inside Spark's Python worker on an executor.
+
+register with the driver service -> derive placement from the table -> start the rank process
+with the rendezvous environment -> stream its output -> report its outcome. A second connection
+long-polls the driver's ``control`` op so an abort (another rank failed, run() was interrupted)
+reaches us in milliseconds and we kill the rank; losing that connection means the driver is gone,
+which is handled the same way, so no rank outlives its run().
+"""
+import collections
+import os
+import shutil
+import socket
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional
+
+from horovod_spark.common import wire
+from horovod_spark.common.kv_client import KVClient
+
+from . import placement as placement_mod
+from .gpus import ASSIGNED_GPUS_ENV
+from .rank_process import RankProcess
+
+_CONTROL_POLL_S = 10.0
+_STDERR_TAIL_LINES = 20
+# Spark worker plumbing the rank has no use for (and should not see).
+_DROP_ENV = ("PYTHON_WORKER_FACTORY_SECRET", "_PYSPARK_DRIVER_CONN_INFO_PATH", "SPARK_REUSE_WORKER",
+             "PYTHON_DAEMON_KILL_WORKER_ON_FLUSH_FAILURE")
+
+
+@dataclass
+class TaskSpec:
+    """Everything a task needs, shipped inside the Spark closure (so the secret travels the way
+    Spark ships the job's code; enable spark.network.crypto/spark.authenticate on untrusted nets)."""
+    job_id: str
+    driver_addrs: List[str]
+    port: int
+    key: bytes
+    num_proc: int
+    call: bytes
+    start_timeout: float
+    host_key_mode: str
+    env: Dict[str, str] = field(default_factory=dict)
+    use_mpi: bool = False
+
+
+def _connect(spec: TaskSpec, io_timeout: float = wire.DEFAULT_IO_TIMEOUT):
+    errors = []
+    for addr in spec.driver_addrs:
+        client = KVClient(addr, spec.port, spec.key, io_timeout=io_timeout)
+        try:
+            client.request("ping")
+            return client, addr
+        except (OSError, TimeoutError) as exc:
+            client.close()
+            errors.append("%s:%d (%s)" % (addr, spec.port, exc))
+    raise ConnectionError("this executor (%s) cannot reach the horovod_spark driver service at any "
+                          "of: %s. Executors must be able to open TCP connections to the driver "
+                          "(spark.driver.host); set HOROVOD_SPARK_DRIVER_HOST on the driver to an "
+                          "address they can reach." % (socket.gethostname(), "; ".join(errors)))
+
+
+def _local_address(addr: str, port: int) -> str:
+    """The IP this host uses to reach the driver: the interface the other hosts can reach it on."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        s.connect((addr, port))
+        return s.getsockname()[0]
+    except OSError:
+        return socket.gethostbyname(socket.gethostname())
+    finally:
+        s.close()
+
+
+def _task_context():
+    from pyspark import BarrierTaskContext
+    ctx = BarrierTaskContext.get()
+    partition = ctx.partitionId()
+    # getTaskInfos() reads a property Spark sent with the task: no barrier round trip.
+    infos = ctx.getTaskInfos()
+    executor = infos[partition].address if partition < len(infos) else ""
+    gpu = ctx.resources().get("gpu")
+    gpus = list(gpu.addresses) if gpu is not None else []
+    return partition, executor, gpus, int(ctx.taskAttemptId())
+
+
+class _Control(threading.Thread):
+    """Long-polls the driver for commands; on abort or a lost driver, kills the rank."""
+
+    def __init__(self, spec: TaskSpec, addr: str, rank: int, on_exec=None):
+        super().__init__(name="hs-task-control", daemon=True)
+        self._client = KVClient(addr, spec.port, spec.key)
+        self._rank = rank
+        self._on_exec = on_exec
+        self._lock = threading.Lock()
+        self._target: Optional[RankProcess] = None
+        self.abort_reason: Optional[str] = None
+        self.lost_driver: Optional[str] = None
+        self._done = threading.Event()
+
+    def watch(self, proc: Optional[RankProcess]) -> None:
+        with self._lock:
+            self._target = proc
+            if proc is not None and (self.abort_reason or self.lost_driver):
+                proc.kill_tree()
+
+    def run(self) -> None:
+        try:
+            while not self._done.is_set():
+                try:
+                    commands = self._client.request("control", self._rank, _CONTROL_POLL_S,
+                                                    wait=_CONTROL_POLL_S)
+                except Exception as exc:
+                    if not self._done.is_set():
+                        self._stop_rank(lost="lost the driver service: %s" % exc)
+                    return
+                for command in commands:
+                    if command[0] == "abort":
+                        self._stop_rank(abort=command[1])
+                        return
+                    if command[0] == "stop":
+                        return
+                    if command[0] == "exec" and self._on_exec is not None:
+                        self._on_exec(*command[1:])
+        finally:
+            self._client.close()
+
+    def _stop_rank(self, abort: Optional[str] = None, lost: Optional[str] = None) -> None:
+        with self._lock:
+            self.abort_reason = abort
+            self.lost_driver = lost
+            target = self._target
+        if target is not None:
+            target.kill_tree()
+
+    def close(self, timeout: float) -> None:
+        self._done.set()
+        self.join(timeout)
+        if self.is_alive():
+            # Still inside a long poll the driver has not answered: cut the socket under it.
+            self._client.close()
+            self.join(timeout)
+
+
+class _Shipper:
+    """Sends output chunks in order with increasing seq (the service drops resent seqs), and keeps
+    the tail of stderr for the failure message of a rank that dies without a Python traceback."""
+
+    def __init__(self, client: KVClient, rank: int):
+        self._client = client
+        self._rank = rank
+        self._seq = 0
+        self.stderr_tail = collections.deque(maxlen=_STDERR_TAIL_LINES)
+
+    def __call__(self, chunks) -> None:
+        for stream, _, data in chunks:
+            if stream == "stderr":
+                self.stderr_tail.extend(data.decode("utf-8", "replace").splitlines())
+        self._client.request("output", self._rank, self._seq, chunks)
+        self._seq += 1
+
+
+def rank_env(spec: TaskSpec, addr: str, place: placement_mod.Placement, gpus: List[str]) -> Dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in _DROP_ENV}
+    env.update(spec.env)
+    env.update(place.env())
+    env.update({
+        "HOROVOD_RENDEZVOUS_ADDR": addr,
+        "HOROVOD_RENDEZVOUS_PORT": str(spec.port),
+        "HOROVOD_SECRET_KEY": spec.key.hex(),
+        "HOROVOD_RUN_SCOPE": spec.job_id,
+        "HOROVOD_SPARK_PARENT_PID": str(os.getpid()),
+        "PYTHONUNBUFFERED": "1",  # lines reach the driver as they are printed, not at exit
+    })
+    env.setdefault("HOROVOD_START_TIMEOUT", str(int(max(spec.start_timeout, 1))))
+    if gpus:
+        # Spark scheduled these GPUs to this task: the rank sees only them (as cuda:0, ...).
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
+        env[ASSIGNED_GPUS_ENV] = ",".join(gpus)
+    return env
+
+
+def _outcome(workdir: str, returncode: int, shipper: _Shipper):
+    result_path = os.path.join(workdir, "result.pkl")
+    error_path = os.path.join(workdir, "error.msg")
+    if returncode == 0 and os.path.exists(result_path):
+        with open(result_path, "rb") as f:
+            return "ok", f.read(), None
+    if os.path.exists(error_path):
+        with open(error_path, "rb") as f:
+            exc_type, message, tb = wire.decode_message(f.read())
+        return "failed", None, (exc_type, message, tb)
+    how = "was killed by signal %d" % -returncode if returncode < 0 else "exited with code %d" % returncode
+    tail = "\n".join(shipper.stderr_tail)
+    return "failed", None, ("ProcessExit", "the rank process %s without a Python exception%s"
+                            % (how, "; last stderr lines:\n" + tail if tail else ""), "")
+
+
+def run_task(spec: TaskSpec, _iterator):
+    """mapPartitions body: yields one (partition, status, result bytes or None)."""
+    partition, executor, gpus, attempt_id = _task_context()
+    client, addr = _connect(spec)
+    control: Optional[_Control] = None
+    workdir = None
+    proc: Optional[RankProcess] = None
+    returncode = -1
+    try:
+        host = placement_mod.host_key(spec.host_key_mode, executor)
+        info = {"host": host, "addr": _local_address(addr, spec.port), "pid": os.getpid(),
+                "executor": executor, "attempt_id": attempt_id, "gpus": gpus}
+        # The driver enforces start_timeout; our wait only has to outlast it.
+        kind, value = client.request("register", spec.job_id, partition, info, spec.start_timeout + 30.0,
+                                     wait=spec.start_timeout + 30.0)
+        if kind == "abort":
+            return [(partition, "aborted", None)]
+        place = placement_mod.compute([entry["host"] for entry in value])[partition]
+
+        workdir = tempfile.mkdtemp(prefix="horovod_spark-%s-%d-" % (spec.job_id[:8], partition))
+        with open(os.path.join(workdir, "call.pkl"), "wb") as f:
+            f.write(spec.call)
+        shipper = _Shipper(client, partition)
+        control = _Control(spec, addr, partition)
+        control.start()
+        proc = RankProcess([sys.executable, "-m", "horovod_spark.spark.task_main", workdir],
+                           rank_env(spec, addr, place, gpus), shipper)
+        control.watch(proc)
+        while True:
+            code = proc.wait(1.0)
+            if code is not None:
+                break
+        returncode = proc.kill_tree()  # reaps what fn forked and left behind
+        proc.finish()
+        if control.abort_reason is not None:
+            return [(partition, "aborted", None)]
+        if control.lost_driver is not None:
+            raise ConnectionError("horovod_spark task for rank %d %s" % (partition, control.lost_driver))
+        status, result, error = _outcome(workdir, returncode, shipper)
+        if error is not None:
+            client.request("failed", partition, *error)
+        return [(partition, status, result)]
+    except BaseException as exc:
+        # Our own machinery failed (not fn): tell the driver first so it cancels at once rather
+        # than Spark retrying the barrier stage; then fail the Spark task too.
+        try:
+            client.request("failed", partition, type(exc).__name__,
+                           "horovod_spark task failed: %s" % exc, traceback.format_exc())
+        except Exception:
+            pass
+        raise
+    finally:
+        if proc is not None:
+            returncode = proc.kill_tree()
+            proc.finish(0.5)
+        try:
+            client.request("exited", partition, returncode if proc is not None else 0)
+        except Exception:
+            pass
+        if control is not None:
+            control.close(2.0)
+        client.close()
+        if workdir is not None:
+            shutil.rmtree(workdir, ignore_errors=True)

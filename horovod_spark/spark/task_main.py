@@ -1,0 +1,77 @@
+"""Entry point of a rank process: ``python -m horovod_spark.spark.task_main WORKDIR``.
+
+The Spark task (our parent, inside the Python worker) has already set the rendezvous
+environment, so ``hvd.init()`` in fn needs no arguments. WORKDIR holds ``call.pkl`` (cloudpickled
+``(fn, args, kwargs)``); we leave ``result.pkl`` (cloudpickled return value) or ``error.msg`` (a
+wire message: exception type, text, formatted traceback) and exit 0 or 1. Files rather than pipes
+because results can be large and the pipes carry the user's stdout/stderr.
+"""
+import os
+import sys
+import traceback
+
+_PARENT_PID_ENV = "HOROVOD_SPARK_PARENT_PID"
+
+
+def _die_with_parent() -> None:
+    """Ask the kernel to SIGKILL us when the Spark task's process dies (Spark kills Python workers
+    of cancelled tasks); then re-check, in case it died before we got here."""
+    expected = os.environ.get(_PARENT_PID_ENV)
+    if sys.platform.startswith("linux"):
+        import ctypes
+        import signal
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            PR_SET_PDEATHSIG = 1
+            libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        except (OSError, AttributeError):
+            pass
+    if expected and os.getppid() != int(expected):
+        os._exit(137)
+
+
+def _write_atomic(path: str, data: bytes) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
+
+
+def _report_error(workdir: str, exc: BaseException, tb_text: str, what: str) -> None:
+    from horovod_spark.common import wire
+    sys.stderr.write(tb_text)
+    sys.stderr.flush()
+    message = "%s%s" % (what, exc)
+    _write_atomic(os.path.join(workdir, "error.msg"),
+                  wire.encode_message((type(exc).__name__, message, tb_text)))
+
+
+def main(workdir: str) -> int:
+    _die_with_parent()
+    import cloudpickle
+    try:
+        with open(os.path.join(workdir, "call.pkl"), "rb") as f:
+            fn, args, kwargs = cloudpickle.load(f)
+    except BaseException as exc:
+        _report_error(workdir, exc, traceback.format_exc(), "cannot unpickle fn on the executor "
+                      "(is every module it uses installed there?): ")
+        return 1
+    try:
+        result = fn(*args, **kwargs)
+    except BaseException as exc:  # SystemExit and KeyboardInterrupt in fn are failures too
+        _report_error(workdir, exc, traceback.format_exc(), "")
+        return 1
+    try:
+        data = cloudpickle.dumps(result)
+    except BaseException as exc:
+        _report_error(workdir, exc, traceback.format_exc(), "fn returned a value that cannot be pickled: ")
+        return 1
+    _write_atomic(os.path.join(workdir, "result.pkl"), data)
+    return 0
+
+
+if __name__ == "__main__":
+    code = main(sys.argv[1])
+    sys.stdout.flush()
+    sys.stderr.flush()
+    sys.exit(code)

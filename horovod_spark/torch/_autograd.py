@@ -1,0 +1,152 @@
+"""Differentiable collectives (torch.autograd.Function), with Horovod's gradient conventions.
+
+The loss being differentiated is taken to be the sum of every rank's local loss, so each backward
+is itself a collective that every rank of the process set must reach in the same order.
+"""
+import torch
+from torch.autograd import Function
+
+from horovod_spark.common import basics as _basics
+from horovod_spark.torch import _data_ops
+from horovod_spark.torch import _reduce_ops
+from horovod_spark.torch._handles import synchronize
+
+
+class HorovodAllreduce(Function):
+    """out = reduce(x); d/dx = the same reduction of the upstream gradients (as Horovod)."""
+
+    @staticmethod
+    def forward(ctx, tensor, name, op, prescale_factor, postscale_factor, process_set):
+        ctx.args = (op, prescale_factor, postscale_factor, process_set)
+        return synchronize(_reduce_ops.allreduce_async(tensor, None, name, op, prescale_factor,
+                                                       postscale_factor, process_set))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        op, pre, post, process_set = ctx.args
+        return (HorovodAllreduce.apply(grad_output, None, op, pre, post, process_set),
+                None, None, None, None, None)
+
+
+class HorovodGroupedAllreduce(Function):
+    @staticmethod
+    def forward(ctx, name, op, prescale_factor, postscale_factor, process_set, *tensors):
+        ctx.args = (op, prescale_factor, postscale_factor, process_set)
+        return tuple(synchronize(_reduce_ops.grouped_allreduce_async(
+            list(tensors), None, name, op, prescale_factor, postscale_factor, process_set)))
+
+    @staticmethod
+    def backward(ctx, *grad_outputs):
+        op, pre, post, process_set = ctx.args
+        grads = HorovodGroupedAllreduce.apply(None, op, pre, post, process_set, *grad_outputs)
+        return (None, None, None, None, None) + tuple(grads)
+
+
+def _row_offsets(rows, process_set):
+    """Where this rank's rows start in each of several allgather results (one small allgather)."""
+    counts = synchronize(_data_ops.allgather_async(torch.tensor([rows], dtype=torch.int64), None, process_set))
+    return [int(v) for v in counts[:process_set.rank()].sum(dim=0).tolist()]
+
+
+class HorovodAllgather(Function):
+    """out = concat over ranks; d/dx = this rank's rows of the summed upstream gradients."""
+
+    @staticmethod
+    def forward(ctx, tensor, name, process_set):
+        ctx.rows = tensor.shape[0] if tensor.dim() else 0
+        ctx.process_set = process_set
+        return synchronize(_data_ops.allgather_async(tensor, name, process_set))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        summed = HorovodAllreduce.apply(grad_output, None, _reduce_ops.Sum, 1.0, 1.0, ctx.process_set)
+        offset = _row_offsets([ctx.rows], ctx.process_set)[0]
+        return summed.narrow(0, offset, ctx.rows), None, None
+
+
+class HorovodGroupedAllgather(Function):
+    @staticmethod
+    def forward(ctx, name, process_set, *tensors):
+        ctx.rows = [t.shape[0] if t.dim() else 0 for t in tensors]
+        ctx.process_set = process_set
+        return tuple(synchronize(_data_ops.grouped_allgather_async(list(tensors), name, process_set)))
+
+    @staticmethod
+    def backward(ctx, *grad_outputs):
+        summed = HorovodGroupedAllreduce.apply(None, _reduce_ops.Sum, 1.0, 1.0, ctx.process_set,
+                                               *grad_outputs)
+        offsets = _row_offsets(ctx.rows, ctx.process_set)
+        grads = [g.narrow(0, off, rows) for g, off, rows in zip(summed, offsets, ctx.rows)]
+        return (None, None) + tuple(grads)
+
+
+class HorovodBroadcast(Function):
+    """out = root's x; d/dx on root = average of upstream gradients, zero elsewhere (as Horovod)."""
+
+    @staticmethod
+    def forward(ctx, tensor, root_rank, name, process_set):
+        ctx.root_rank = root_rank
+        ctx.process_set = process_set
+        return synchronize(_data_ops.broadcast_async(tensor, root_rank, name, process_set))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        grad = HorovodAllreduce.apply(grad_output, None, _reduce_ops.Average, 1.0, 1.0, ctx.process_set)
+        if _basics.rank() != ctx.root_rank:
+            grad = torch.zeros_like(grad)
+        return grad, None, None, None
+
+
+class HorovodAlltoall(Function):
+    """Returns (output, received_splits); d/dx = alltoall of the gradient back along received splits."""
+
+    @staticmethod
+    def forward(ctx, tensor, splits, name, process_set):
+        output, received_splits = synchronize(_data_ops.alltoall_async(tensor, splits, name, process_set))
+        ctx.received_splits = received_splits
+        ctx.process_set = process_set
+        ctx.mark_non_differentiable(received_splits)
+        return output, received_splits
+
+    @staticmethod
+    def backward(ctx, grad_output, _grad_splits):
+        grad, _ = HorovodAlltoall.apply(grad_output, ctx.received_splits, None, ctx.process_set)
+        return grad, None, None, None
+
+
+def _reducescatter_input_grad(grad_rows, ctx):
+    """Each rank's block of the reduction depends linearly on every rank's input block: the input
+    gradient is the gathered block gradients, times the scaling the forward applied."""
+    op, pre, post, process_set = ctx.args
+    if int(op) not in (int(_reduce_ops.Sum), int(_reduce_ops.Average)):
+        raise NotImplementedError("reducescatter is differentiable for op=Sum and op=Average only")
+    scale = float(pre) * float(post)
+    if int(op) == int(_reduce_ops.Average):
+        scale /= process_set.size()
+    return [g * scale if scale != 1.0 else g for g in grad_rows]
+
+
+class HorovodReducescatter(Function):
+    @staticmethod
+    def forward(ctx, tensor, name, op, prescale_factor, postscale_factor, process_set):
+        ctx.args = (op, prescale_factor, postscale_factor, process_set)
+        return synchronize(_reduce_ops.reducescatter_async(tensor, name, op, process_set,
+                                                           prescale_factor, postscale_factor))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        gathered = HorovodAllgather.apply(grad_output, None, ctx.args[3])
+        return (_reducescatter_input_grad([gathered], ctx)[0], None, None, None, None, None)
+
+
+class HorovodGroupedReducescatter(Function):
+    @staticmethod
+    def forward(ctx, name, op, prescale_factor, postscale_factor, process_set, *tensors):
+        ctx.args = (op, prescale_factor, postscale_factor, process_set)
+        return tuple(synchronize(_reduce_ops.grouped_reducescatter_async(
+            list(tensors), name, op, process_set, prescale_factor, postscale_factor)))
+
+    @staticmethod
+    def backward(ctx, *grad_outputs):
+        gathered = HorovodGroupedAllgather.apply(None, ctx.args[3], *grad_outputs)
+        return (None, None, None, None, None) + tuple(_reducescatter_input_grad(list(gathered), ctx))

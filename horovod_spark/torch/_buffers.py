@@ -1,0 +1,82 @@
+"""Torch tensors <-> the raw buffers the native core takes (pointer, dtype name, shape).
+
+The core reads and writes tensor memory directly through ``data_ptr()``, so a contiguous CPU
+tensor crosses without a copy; results the core allocates come back as a uint8 numpy array that
+the returned tensor views in place.
+"""
+import numpy as np
+import torch
+
+_CORE_DTYPES = {
+    torch.uint8: "uint8",
+    torch.int8: "int8",
+    torch.int32: "int32",
+    torch.int64: "int64",
+    torch.float16: "float16",
+    torch.bfloat16: "bfloat16",
+    torch.float32: "float32",
+    torch.float64: "float64",
+    torch.bool: "bool",
+}
+
+SUPPORTED_DTYPES = tuple(_CORE_DTYPES)
+
+
+def core_dtype(tensor):
+    """The core's name for ``tensor``'s dtype; TypeError naming the supported ones otherwise."""
+    try:
+        return _CORE_DTYPES[tensor.dtype]
+    except KeyError:
+        supported = ", ".join(str(d) for d in SUPPORTED_DTYPES)
+        raise TypeError("horovod_spark.torch does not support tensors of dtype %s; supported dtypes: %s"
+                        % (tensor.dtype, supported)) from None
+
+
+def _check_device(tensor):
+    if tensor.device.type == "cpu":
+        return
+    from horovod_spark.common import basics
+    if tensor.device.type == "cuda" and basics.cuda_built():
+        return
+    raise ValueError("horovod_spark.torch collectives take CPU tensors only (this build has no %s "
+                     "support); got a tensor on %s. Move it with tensor.cpu() first."
+                     % (tensor.device.type.upper(), tensor.device))
+
+
+def check_tensor(tensor):
+    """Validate ``tensor`` for the core; returns its core dtype name."""
+    if not isinstance(tensor, torch.Tensor):
+        raise TypeError("expected a torch.Tensor, got %s" % type(tensor).__name__)
+    if tensor.is_sparse:
+        raise ValueError("sparse tensors are not supported here; use sparse_allreduce_async or "
+                         "convert with tensor.to_dense()")
+    dtype = core_dtype(tensor)
+    _check_device(tensor)
+    return dtype
+
+
+def contiguous(tensor):
+    """``tensor`` itself when the core can use its memory as is, else a contiguous copy."""
+    return tensor if tensor.is_contiguous() else tensor.contiguous()
+
+
+def describe(tensor):
+    """(ptr, shape) of a contiguous tensor, as the core's functions take them."""
+    return tensor.data_ptr(), tuple(tensor.shape)
+
+
+def from_core(raw, shape, dtype, device=None):
+    """View a core-allocated result (1-D uint8 numpy array) as a tensor of ``dtype`` and ``shape``.
+
+    No copy: the tensor shares, and keeps alive, the array's memory.
+    """
+    if not isinstance(raw, np.ndarray):
+        raw = np.frombuffer(raw, dtype=np.uint8)
+    if not raw.flags.writeable:
+        # torch.from_numpy warns on read-only arrays; a copy is the only safe way to hand the
+        # caller a tensor they may modify.
+        raw = raw.copy()
+    out = torch.from_numpy(raw).view(dtype).reshape(tuple(int(d) for d in shape))
+    if device is not None and out.device != device:
+        out = out.to(device)
+    return out

@@ -1,0 +1,111 @@
+"""Asynchronous data movement: allgather (single, grouped), broadcast, alltoall.
+
+Signatures, defaults and return values follow horovod.torch 0.28; every function returns a handle
+for ``poll``/``synchronize``.
+"""
+import torch
+
+from horovod_spark.common import ops as _core
+from horovod_spark.common.process_sets import global_process_set
+from horovod_spark.torch import _buffers
+from horovod_spark.torch import _handles
+
+
+def _launch_allgather(tensor, core_name, process_set):
+    dtype = _buffers.check_tensor(tensor)
+    if tensor.dim() == 0:
+        raise ValueError("allgather concatenates along dimension 0, so it needs a tensor of at least "
+                         "one dimension; got a scalar (use tensor.reshape(1))")
+    src = _buffers.contiguous(tensor)
+    core_handle = _core.allgather_async(core_name, src.data_ptr(), dtype, tuple(src.shape),
+                                        _handles.process_set_id(process_set))
+    return core_handle, src
+
+
+def allgather_async(tensor, name=None, process_set=global_process_set):
+    """Start concatenating every rank's ``tensor`` along dim 0 (which may differ per rank)."""
+    core_handle, src = _launch_allgather(tensor, _handles.op_name("allgather", name), process_set)
+    dtype, device = tensor.dtype, tensor.device
+
+    def finish(results):
+        raw, shape = results[0]
+        return _buffers.from_core(raw, shape, dtype, device)
+
+    return _handles.register(core_handle, (tensor, src), finish)
+
+
+def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
+    """``allgather_async`` over a list; ``synchronize`` returns a list."""
+    tensors = list(tensors)
+    if not tensors:
+        raise ValueError("grouped allgather needs at least one tensor")
+    base = _handles.op_name("grouped_allgather", name)
+    launched = [_launch_allgather(t, "%s.%dof%d" % (base, i, len(tensors)), process_set)
+                for i, t in enumerate(tensors)]
+    metas = [(t.dtype, t.device) for t in tensors]
+
+    def finish(results):
+        return [_buffers.from_core(raw, shape, dtype, device)
+                for (raw, shape), (dtype, device) in zip(results, metas)]
+
+    return _handles.register([h for h, _ in launched], (tensors, [s for _, s in launched]), finish)
+
+
+def _launch_broadcast(tensor, inplace, root_rank, name, process_set):
+    dtype = _buffers.check_tensor(tensor)
+    src = _buffers.contiguous(tensor)
+    out = src if inplace else torch.empty_like(src, memory_format=torch.contiguous_format)
+    core_handle = _core.broadcast_async(
+        _handles.op_name("broadcast", name), src.data_ptr(), out.data_ptr(), dtype, tuple(out.shape),
+        int(root_rank), _handles.process_set_id(process_set))
+
+    def finish(_results):
+        if inplace and out is not tensor:
+            with torch.no_grad():
+                tensor.copy_(out)
+            return tensor
+        return out
+
+    return _handles.register(core_handle, (tensor, src, out), finish)
+
+
+def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
+    """Start broadcasting root's ``tensor`` into a new tensor on every rank; ``tensor`` is unchanged."""
+    return _launch_broadcast(tensor, False, root_rank, name, process_set)
+
+
+def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set):
+    """Start broadcasting root's ``tensor`` into ``tensor`` itself on every rank."""
+    return _launch_broadcast(tensor, True, root_rank, name, process_set)
+
+
+def _splits_list(splits):
+    if splits is None:
+        return None
+    if isinstance(splits, torch.Tensor):
+        return [int(s) for s in splits.reshape(-1).tolist()]
+    return [int(s) for s in splits]
+
+
+def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
+    """Start sending ``splits[r]`` rows of ``tensor`` (dim 0, in rank order) to each rank r.
+
+    ``synchronize`` returns ``(output, received_splits)``; ``splits=None`` splits dim 0 evenly.
+    """
+    dtype = _buffers.check_tensor(tensor)
+    if tensor.dim() == 0:
+        raise ValueError("alltoall splits along dimension 0, so it needs a tensor of at least one dimension")
+    src = _buffers.contiguous(tensor)
+    core_handle = _core.alltoall_async(
+        _handles.op_name("alltoall", name), src.data_ptr(), dtype, tuple(src.shape), _splits_list(splits),
+        _handles.process_set_id(process_set))
+    # As in Horovod: received splits take the dtype of the splits tensor given, else int32.
+    splits_dtype = splits.dtype if isinstance(splits, torch.Tensor) else torch.int32
+    out_dtype, device = tensor.dtype, tensor.device
+
+    def finish(results):
+        raw, shape, received = results[0]
+        output = _buffers.from_core(raw, shape, out_dtype, device)
+        return output, torch.as_tensor([int(s) for s in received], dtype=splits_dtype)
+
+    return _handles.register(core_handle, (tensor, src), finish)

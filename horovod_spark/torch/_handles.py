@@ -1,0 +1,93 @@
+"""Handles of in-flight collectives, and the names that match them across ranks.
+
+The core only sees raw pointers, so every tensor it may read or write is referenced here until
+``synchronize`` collects the result; otherwise Python could free memory the core still uses.
+One user handle may stand for several core handles (grouped ops), and its ``finish`` callback
+turns the core's results into what Horovod's ``synchronize`` returns.
+"""
+import collections
+import itertools
+import threading
+
+from horovod_spark.common import ops as _core
+
+_Pending = collections.namedtuple("_Pending", ["core_handles", "keep_alive", "finish"])
+
+_lock = threading.Lock()
+_pending = {}
+_next_handle = itertools.count(1)
+# Per op type, like Horovod's "allreduce.noname.<n>": ranks issuing unnamed ops in the same order
+# generate the same names, which is all the core needs to match them.
+_noname_counters = collections.defaultdict(itertools.count)
+
+
+def reset():
+    """Forget pending handles and name counters (on init/shutdown, when the core forgets them too)."""
+    global _next_handle
+    with _lock:
+        _pending.clear()
+        _noname_counters.clear()
+        _next_handle = itertools.count(1)
+
+
+def op_name(op_type, name):
+    """The core-level name of a ``op_type`` collective the user called ``name`` (or None)."""
+    if name is None:
+        with _lock:
+            n = next(_noname_counters[op_type])
+        return "%s.noname.%d" % (op_type, n)
+    return "%s.%s" % (op_type, name)
+
+
+def process_set_id(process_set):
+    """The core id of ``process_set``; a clear error when it was never registered."""
+    ps_id = getattr(process_set, "process_set_id", None)
+    if ps_id is None:
+        raise ValueError("process set %r is not registered: pass it to hvd.init(process_sets=...) or "
+                         "hvd.add_process_set() first" % (process_set,))
+    return ps_id
+
+
+def register(core_handles, keep_alive, finish):
+    """Track core handle(s) and return the user's handle.
+
+    ``finish(results)`` receives the list of ``wait`` results, in ``core_handles`` order, and
+    returns what ``synchronize`` gives the caller.
+    """
+    if isinstance(core_handles, int):
+        core_handles = [core_handles]
+    entry = _Pending(list(core_handles), keep_alive, finish)
+    with _lock:
+        handle = next(_next_handle)
+        _pending[handle] = entry
+    return handle
+
+
+def poll(handle):
+    """True once the operation behind ``handle`` finished (``synchronize`` then won't block)."""
+    with _lock:
+        entry = _pending.get(handle)
+    if entry is None:
+        raise ValueError("poll(): unknown handle %r (already synchronized, or not from this process)"
+                         % (handle,))
+    return all(_core.poll(h) for h in entry.core_handles)
+
+
+def synchronize(handle):
+    """Wait for ``handle`` and return its result; None for an unknown handle, as in Horovod."""
+    with _lock:
+        entry = _pending.pop(handle, None)
+    if entry is None:
+        return None
+    results, error = [], None
+    # Wait for every part even after one fails, so no part still writes into memory we release.
+    for h in entry.core_handles:
+        try:
+            results.append(_core.wait(h))
+        except Exception as exc:
+            if error is None:
+                error = exc
+            results.append(None)
+    if error is not None:
+        raise error
+    return entry.finish(results)

@@ -1,0 +1,194 @@
+"""Asynchronous reductions: allreduce (single, grouped, sparse) and reducescatter.
+
+Signatures, defaults and return values follow horovod.torch 0.28; every function returns a handle
+for ``poll``/``synchronize``.
+"""
+import collections
+import warnings
+
+import torch
+
+from horovod_spark.common import ops as _core
+from horovod_spark.common.process_sets import global_process_set
+from horovod_spark.torch import _buffers
+from horovod_spark.torch import _handles
+from horovod_spark.torch._data_ops import allgather_async
+from horovod_spark.torch._handles import synchronize
+
+_ReduceOp = _core.ReduceOp
+Average = _ReduceOp.Average
+Sum = _ReduceOp.Sum
+Adasum = _ReduceOp.Adasum
+Min = _ReduceOp.Min
+Max = _ReduceOp.Max
+Product = _ReduceOp.Product
+_VALID_OPS = {int(o) for o in (Average, Sum, Adasum, Min, Max, Product)}
+
+
+def handle_average_backwards_compatibility(op, average):
+    """Resolve Horovod's deprecated ``average=`` flag against ``op`` (None means Average)."""
+    if op is not None:
+        if average is not None:
+            raise ValueError("The op parameter supersedes average. Please provide only one of them.")
+        return op
+    if average is not None:
+        warnings.warn("Parameter `average` has been replaced with `op` and will be removed in v1.0",
+                      DeprecationWarning, stacklevel=3)
+        return Average if average else Sum
+    return Average
+
+
+def core_op(op):
+    code = int(op)
+    if code not in _VALID_OPS:
+        raise ValueError("unknown reduction op %r; use one of Average, Sum, Adasum, Min, Max, Product" % (op,))
+    return code
+
+
+def _launch_allreduce(tensor, inplace, name, op, prescale_factor, postscale_factor, process_set):
+    dtype = _buffers.check_tensor(tensor)
+    src = _buffers.contiguous(tensor)
+    out = src if inplace else torch.empty_like(src, memory_format=torch.contiguous_format)
+    core_handle = _core.allreduce_async(
+        _handles.op_name("allreduce", name), src.data_ptr(), out.data_ptr(), dtype, tuple(src.shape),
+        core_op(op), float(prescale_factor), float(postscale_factor), _handles.process_set_id(process_set))
+
+    def finish(_results):
+        if inplace and out is not tensor:
+            with torch.no_grad():
+                tensor.copy_(out)
+            return tensor
+        return out
+
+    return _handles.register(core_handle, (tensor, src, out), finish)
+
+
+def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+                    postscale_factor=1.0, process_set=global_process_set):
+    """Start reducing ``tensor`` over the process set into a new tensor; ``tensor`` is unchanged."""
+    op = handle_average_backwards_compatibility(op, average)
+    return _launch_allreduce(tensor, False, name, op, prescale_factor, postscale_factor, process_set)
+
+
+def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+                     postscale_factor=1.0, process_set=global_process_set):
+    """Start reducing ``tensor`` in place; ``synchronize`` returns ``tensor`` itself."""
+    op = handle_average_backwards_compatibility(op, average)
+    return _launch_allreduce(tensor, True, name, op, prescale_factor, postscale_factor, process_set)
+
+
+def _as_core_handles(returned):
+    return [returned] if isinstance(returned, int) else list(returned)
+
+
+def _launch_grouped_allreduce(tensors, inplace, name, op, prescale_factor, postscale_factor, process_set):
+    tensors = list(tensors)
+    if not tensors:
+        raise ValueError("grouped allreduce needs at least one tensor")
+    dtypes = [_buffers.check_tensor(t) for t in tensors]
+    srcs = [_buffers.contiguous(t) for t in tensors]
+    outs = srcs if inplace else [torch.empty_like(s, memory_format=torch.contiguous_format) for s in srcs]
+    base = _handles.op_name("grouped_allreduce", name)
+    count = len(tensors)
+    ps_id = _handles.process_set_id(process_set)
+    code = core_op(op)
+    # The core fuses one dtype per group; a mixed list becomes one group per dtype, each atomic.
+    by_dtype = collections.OrderedDict()
+    for i, dtype in enumerate(dtypes):
+        by_dtype.setdefault(dtype, []).append(i)
+    core_handles = []
+    for dtype, idx in by_dtype.items():
+        core_handles += _as_core_handles(_core.grouped_allreduce_async(
+            ["%s.%dof%d" % (base, i, count) for i in idx], [srcs[i].data_ptr() for i in idx],
+            [outs[i].data_ptr() for i in idx], dtype, [tuple(srcs[i].shape) for i in idx], code,
+            float(prescale_factor), float(postscale_factor), ps_id))
+
+    def finish(_results):
+        if not inplace:
+            return list(outs)
+        with torch.no_grad():
+            for t, buf in zip(tensors, outs):
+                if buf is not t:
+                    t.copy_(buf)
+        return list(tensors)
+
+    return _handles.register(core_handles, (tensors, srcs, outs), finish)
+
+
+def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                            postscale_factor=1.0, process_set=global_process_set):
+    """Start reducing a list of tensors as one fused unit; ``synchronize`` returns a list."""
+    op = handle_average_backwards_compatibility(op, average)
+    return _launch_grouped_allreduce(tensors, False, name, op, prescale_factor, postscale_factor, process_set)
+
+
+def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                             postscale_factor=1.0, process_set=global_process_set):
+    """In-place ``grouped_allreduce_async``; ``synchronize`` returns the input tensors."""
+    op = handle_average_backwards_compatibility(op, average)
+    return _launch_grouped_allreduce(tensors, True, name, op, prescale_factor, postscale_factor, process_set)
+
+
+def _launch_reducescatter(tensor, core_name, op, prescale_factor, postscale_factor, process_set):
+    dtype = _buffers.check_tensor(tensor)
+    src = _buffers.contiguous(tensor)
+    core_handle = _core.reducescatter_async(
+        core_name, src.data_ptr(), dtype, tuple(src.shape), core_op(Average if op is None else op),
+        float(prescale_factor), float(postscale_factor), _handles.process_set_id(process_set))
+    return core_handle, src
+
+
+def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set,
+                        prescale_factor=1.0, postscale_factor=1.0):
+    """Start reducing ``tensor`` and scattering dim 0: this rank gets its block (earlier ranks get
+    the remainder of an uneven split)."""
+    core_handle, src = _launch_reducescatter(tensor, _handles.op_name("reducescatter", name), op,
+                                             prescale_factor, postscale_factor, process_set)
+    dtype, device = tensor.dtype, tensor.device
+
+    def finish(results):
+        raw, shape = results[0]
+        return _buffers.from_core(raw, shape, dtype, device)
+
+    return _handles.register(core_handle, (tensor, src), finish)
+
+
+def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=global_process_set,
+                                prescale_factor=1.0, postscale_factor=1.0):
+    """``reducescatter_async`` over a list; ``synchronize`` returns a list."""
+    tensors = list(tensors)
+    if not tensors:
+        raise ValueError("grouped reducescatter needs at least one tensor")
+    base = _handles.op_name("grouped_reducescatter", name)
+    launched = [_launch_reducescatter(t, "%s.%dof%d" % (base, i, len(tensors)), op, prescale_factor,
+                                      postscale_factor, process_set)
+                for i, t in enumerate(tensors)]
+    metas = [(t.dtype, t.device) for t in tensors]
+
+    def finish(results):
+        return [_buffers.from_core(raw, shape, dtype, device)
+                for (raw, shape), (dtype, device) in zip(results, metas)]
+
+    return _handles.register([h for h, _ in launched], (tensors, [s for _, s in launched]), finish)
+
+
+def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
+    """Reduce a sparse COO tensor by allgathering its indices and values.
+
+    Returns a callable (not a handle, as in Horovod) that waits and returns the reduced sparse
+    tensor; duplicate indices from different ranks add up when the result is coalesced.
+    """
+    t = tensor.coalesce()
+    base = name if name is not None else _handles.op_name("sparse_allreduce", None)
+    indices_handle = allgather_async(t.indices().t().contiguous(), name="%s.indices" % base,
+                                     process_set=process_set)
+    values_handle = allgather_async(t.values(), name="%s.values" % base, process_set=process_set)
+
+    def wait():
+        values = synchronize(values_handle)
+        indices = synchronize(indices_handle)
+        if int(op) == int(Average):
+            values = values / process_set.size()
+        return torch.sparse_coo_tensor(indices.t(), values, t.size())
+
+    return wait

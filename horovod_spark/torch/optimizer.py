@@ -1,0 +1,300 @@
+"""DistributedOptimizer: averages gradients across ranks while backward is still running.
+
+A hook on every parameter starts that parameter's allreduce the moment autograd has accumulated
+its gradient, so communication overlaps the rest of backward; ``step()`` only waits for what is
+still in flight, then runs the wrapped optimizer's own update.
+"""
+import warnings
+import weakref
+from contextlib import contextmanager
+
+import torch
+
+from horovod_spark.common.process_sets import global_process_set
+from horovod_spark.torch._reduce_ops import (Adasum, Average, allreduce_async_, grouped_allreduce_async_,
+                                             sparse_allreduce_async)
+from horovod_spark.torch._handles import synchronize
+from horovod_spark.torch.compression import Compression
+from horovod_spark.torch.optimizer_groups import form_groups, validate_groups
+
+_TOO_MANY_PASSES = ("Gradients were computed more than backward_passes_per_step times before call to "
+                    "step(). Increase backward_passes_per_step to accumulate gradients locally.")
+_ZERO_GRAD_RACE = ("optimizer.zero_grad() was called after loss.backward() but before optimizer.step() "
+                   "or optimizer.synchronize(). This is prohibited as it can cause a race condition.")
+_STEP_AFTER_SYNC = ("optimizer.step() called without optimizer.skip_synchronize() context after "
+                    "optimizer.synchronize(). This can cause training slowdown. You may want to consider "
+                    "using optimizer.skip_synchronize() context if you use optimizer.synchronize() in "
+                    "your code.")
+
+
+def _find_duplicates(names):
+    seen, dups = set(), set()
+    for name in names:
+        (dups if name in seen else seen).add(name)
+    return sorted(dups)
+
+
+def _on_grad_ready(optimizer_ref, param):
+    # A weak reference: hooks live on the parameters, which may outlive this optimizer; once it
+    # is collected its hooks fall silent instead of launching allreduces nobody waits for.
+    def hook(_param):
+        optimizer = optimizer_ref()
+        if optimizer is not None:
+            optimizer._grad_ready(param)
+    return hook
+
+
+class _DistributedOptimizer:
+    """Mixed in front of the wrapped optimizer's class (see ``DistributedOptimizer``)."""
+
+    def __init__(self, params, named_parameters, compression, backward_passes_per_step=1, op=Average,
+                 gradient_predivide_factor=1.0, groups=None, sparse_as_dense=False,
+                 process_set=global_process_set):
+        super().__init__(params)
+        self._compression = compression
+        self.backward_passes_per_step = backward_passes_per_step
+        self.op = op
+        self.gradient_predivide_factor = gradient_predivide_factor
+        self.sparse_as_dense = sparse_as_dense
+        self.process_set = process_set
+
+        if named_parameters is not None:
+            named_parameters = list(named_parameters)
+        else:
+            named_parameters = [("allreduce.noname.%d.%d" % (i, j), p)
+                                for i, group in enumerate(self.param_groups)
+                                for j, p in enumerate(group["params"])]
+        if any(not isinstance(item, tuple) for item in named_parameters):
+            raise ValueError("named_parameters should be a sequence of tuples (name, parameter), "
+                             "usually produced by model.named_parameters().")
+        dups = _find_duplicates([name for name, _ in named_parameters])
+        if dups:
+            raise ValueError("Parameter names in named_parameters must be unique. Found duplicates: %s"
+                             % ", ".join(dups))
+        named_ids = {id(p) for _, p in named_parameters}
+        unnamed = [id(p) for group in self.param_groups for p in group["params"] if id(p) not in named_ids]
+        if unnamed:
+            raise ValueError("named_parameters was specified, but one or more model parameters were not "
+                             "named. Python object ids: %s" % ", ".join(str(i) for i in unnamed))
+
+        self._parameter_names = {p: name for name, p in named_parameters}
+        self._allreduce_delay = {p: backward_passes_per_step for _, p in named_parameters}
+        # key: a parameter, or a tuple of parameters allreduced as one group;
+        # value: (handle or None while gradients still accumulate locally, compression contexts)
+        self._handles = {}
+        self._requires_update = []
+        self._hook_handles = []
+        self._synchronized = False
+        self._should_synchronize = True
+        self._groups = validate_groups(groups)
+        self._param_group = {}
+        self._ready_in_group = {}
+        self._distributed = process_set.included() and process_set.size() > 1
+        if self._distributed:
+            self._register_hooks()
+
+    # -- setup ------------------------------------------------------------------------------------
+
+    def _register_hooks(self):
+        trainable = [p for group in self.param_groups for p in group["params"] if p.requires_grad]
+        if self._groups is not None:
+            for group in form_groups(trainable, self._groups, self._parameter_names, self.process_set):
+                for p in group:
+                    self._param_group[p] = group
+                self._ready_in_group[group] = set()
+        ref = weakref.ref(self)
+        for p in trainable:
+            self._requires_update.append(p)
+            handle = p.register_post_accumulate_grad_hook(_on_grad_ready(ref, p))
+            self._hook_handles.append(handle)
+            weakref.finalize(self, handle.remove)
+
+    def add_param_group(self, param_group):
+        super().add_param_group(param_group)
+        if getattr(self, "_distributed", False):
+            # Unlike Horovod, parameters added after wrapping (e.g. unfrozen layers) are averaged too.
+            index = len(self.param_groups) - 1
+            ref = weakref.ref(self)
+            for j, p in enumerate(self.param_groups[-1]["params"]):
+                self._parameter_names.setdefault(p, "allreduce.noname.%d.%d" % (index, j))
+                self._allreduce_delay[p] = self.backward_passes_per_step
+                if p.requires_grad:
+                    self._requires_update.append(p)
+                    handle = p.register_post_accumulate_grad_hook(_on_grad_ready(ref, p))
+                    self._hook_handles.append(handle)
+                    weakref.finalize(self, handle.remove)
+
+    def set_backward_passes_per_step(self, passes):
+        self.backward_passes_per_step = passes
+        for p in self._allreduce_delay:
+            self._allreduce_delay[p] = passes
+
+    # -- launching allreduces ----------------------------------------------------------------------
+
+    def _scale_factors(self):
+        if self.op == Average:
+            # Divide before summing (avoids fp16 overflow), multiply back after; the core's Average
+            # still divides by the number of ranks.
+            return 1.0 / self.gradient_predivide_factor, self.gradient_predivide_factor
+        return 1.0, 1.0
+
+    def _dense_grad(self, p):
+        if p.grad is None:
+            # This rank never used p this step, but others may have: it still has to take part.
+            p.grad = torch.zeros_like(p)
+        if p.grad.is_sparse:
+            p.grad = p.grad.to_dense()
+        return p.grad
+
+    def _launch_one(self, p):
+        name = self._parameter_names.get(p)
+        if p.grad is not None and p.grad.is_sparse and not self.sparse_as_dense:
+            return sparse_allreduce_async(p.grad, name, self.op, self.process_set), None
+        compressed, ctx = self._compression.compress(self._dense_grad(p))
+        pre, post = self._scale_factors()
+        handle = allreduce_async_(compressed, name=name, op=self.op, prescale_factor=pre,
+                                  postscale_factor=post, process_set=self.process_set)
+        return handle, ctx
+
+    def _launch_group(self, group):
+        compressed, ctxs = zip(*[self._compression.compress(self._dense_grad(p)) for p in group])
+        pre, post = self._scale_factors()
+        handle = grouped_allreduce_async_(list(compressed), name=self._parameter_names.get(group[0]),
+                                          op=self.op, prescale_factor=pre, postscale_factor=post,
+                                          process_set=self.process_set)
+        return handle, ctxs
+
+    def _launch(self, key):
+        return self._launch_group(key) if isinstance(key, tuple) else self._launch_one(key)
+
+    def _grad_ready(self, p):
+        if self._allreduce_delay[p] <= 0:
+            raise AssertionError(_TOO_MANY_PASSES)
+        if p.grad is not None and p.grad.requires_grad:
+            raise AssertionError("gradient of %s requires grad; DistributedOptimizer cannot average "
+                                 "higher-order gradients" % self._parameter_names.get(p))
+        self._allreduce_delay[p] -= 1
+        group = self._param_group.get(p)
+        key = p if group is None else group
+        if self._allreduce_delay[p] > 0:
+            self._handles.setdefault(key, (None, None))
+            return
+        if group is not None:
+            ready = self._ready_in_group[group]
+            ready.add(p)
+            if len(ready) < len(group):
+                self._handles.setdefault(group, (None, None))
+                return
+        self._handles[key] = self._launch(key)
+
+    # -- waiting -----------------------------------------------------------------------------------
+
+    def synchronize(self):
+        """Wait for every gradient's allreduce (starting those not started yet) and write the
+        averaged gradients into ``p.grad``."""
+        if not self._distributed:
+            self._synchronized = True
+            return
+        # Parameters whose gradient this rank did not produce still join the allreduce, in the
+        # same unit (single or group) as on ranks that did produce it.
+        for p in self._requires_update:
+            self._handles.setdefault(self._param_group.get(p, p), (None, None))
+        for key, (handle, _) in list(self._handles.items()):
+            if handle is None:
+                self._handles[key] = self._launch(key)
+        try:
+            for key, (handle, ctx) in self._handles.items():
+                if isinstance(key, tuple):
+                    for p, out, c in zip(key, synchronize(handle), ctx):
+                        self._store_grad(p, out, c)
+                else:
+                    out = handle() if callable(handle) else synchronize(handle)
+                    self._store_grad(key, out, ctx)
+        finally:
+            self._handles.clear()
+            for ready in self._ready_in_group.values():
+                ready.clear()
+            for p in self._allreduce_delay:
+                self._allreduce_delay[p] = self.backward_passes_per_step
+        self._synchronized = True
+
+    def _store_grad(self, p, output, ctx):
+        output = self._compression.decompress(output, ctx)
+        if output.is_sparse or p.grad.is_sparse:
+            p.grad = output
+        elif output is not p.grad:
+            with torch.no_grad():
+                p.grad.copy_(output)
+
+    @contextmanager
+    def skip_synchronize(self):
+        """Make ``step()`` skip its ``synchronize()`` (for when you called it yourself, e.g. to clip
+        the averaged gradients)."""
+        self._should_synchronize = False
+        try:
+            yield
+        finally:
+            self._should_synchronize = True
+
+    # -- torch.optim.Optimizer overrides -------------------------------------------------------------
+
+    def step(self, closure=None):
+        if self._should_synchronize:
+            if self._synchronized:
+                warnings.warn(_STEP_AFTER_SYNC)
+            self.synchronize()
+        self._synchronized = False
+        return super().step(closure)
+
+    # torch patches a class's step() on construction to run step hooks; the wrapped class's step
+    # (called from ours) already does, and running them twice per step would be wrong.
+    step.hooked = True
+
+    def zero_grad(self, set_to_none=True):
+        if self._handles:
+            raise AssertionError(_ZERO_GRAD_RACE)
+        return super().zero_grad(set_to_none=set_to_none)
+
+    def load_state_dict(self, state_dict):
+        self._handles.clear()
+        self._synchronized = False
+        self._should_synchronize = True
+        for ready in self._ready_in_group.values():
+            ready.clear()
+        for p in self._allreduce_delay:
+            self._allreduce_delay[p] = self.backward_passes_per_step
+        return super().load_state_dict(state_dict)
+
+
+def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none,
+                         backward_passes_per_step=1, op=Average, gradient_predivide_factor=1.0,
+                         num_groups=0, groups=None, sparse_as_dense=False, process_set=global_process_set):
+    """Wrap ``optimizer`` so that ``step()`` applies gradients averaged (``op``) over all ranks.
+
+    The result is an instance of a subclass of ``optimizer``'s class (``isinstance`` checks,
+    ``state_dict``, ``param_groups`` and LR schedulers keep working). It shares ``optimizer``'s
+    param groups and starts from its state. Arguments are those of
+    ``horovod.torch.DistributedOptimizer``: ``groups`` (an int, or lists of parameters) fuses
+    gradients into grouped allreduces; ``gradient_predivide_factor`` f scales gradients by 1/f
+    before the sum and f/size after; ``backward_passes_per_step`` accumulates that many backward
+    passes locally before one allreduce.
+    """
+    if gradient_predivide_factor != 1.0 and op != Average:
+        raise ValueError("gradient_predivide_factor not supported with op != Average")
+    if num_groups != 0:
+        warnings.warn("Parameter `num_groups` has been replaced by `groups` and will be removed in v0.23.0.",
+                      DeprecationWarning, stacklevel=2)
+        if groups is None:
+            groups = num_groups
+    if op == Adasum and process_set.size() > 1:
+        raise NotImplementedError("DistributedOptimizer(op=Adasum) is not supported by horovod_spark yet; "
+                                  "use op=Average or op=Sum")
+    cls = type(optimizer.__class__.__name__, (_DistributedOptimizer, optimizer.__class__),
+               {"__module__": __name__})
+    wrapped = cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step, op,
+                  gradient_predivide_factor, groups, sparse_as_dense, process_set)
+    # The wrapped class's constructor only saw the param groups; keep what else the caller set up.
+    wrapped.defaults = dict(optimizer.defaults)
+    for p, state in optimizer.state.items():
+        wrapped.state[p] = state
+    return wrapped

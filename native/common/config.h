@@ -1,0 +1,27 @@
+// The core's settings, read once from the environment with Horovod's variable names so a
+// migrating user's settings keep working.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace hs {
+
+struct Config {
+  size_t fusion_threshold = size_t(128) << 20;  // HOROVOD_FUSION_THRESHOLD (bytes)
+  double cycle_time_ms = 1.0;                   // HOROVOD_CYCLE_TIME: longest idle sleep
+  size_t cache_capacity = 1024;                 // HOROVOD_CACHE_CAPACITY (0 disables)
+  double stall_check_seconds = 60;              // HOROVOD_STALL_CHECK_TIME_SECONDS
+  double stall_shutdown_seconds = 0;            // HOROVOD_STALL_SHUTDOWN_TIME_SECONDS (0: never)
+  bool stall_check_disable = false;             // HOROVOD_STALL_CHECK_DISABLE
+  std::string timeline_path;                    // HOROVOD_TIMELINE
+  bool timeline_mark_cycles = false;            // HOROVOD_TIMELINE_MARK_CYCLES
+  double data_timeout_seconds = 600;            // HOROVOD_DATA_TIMEOUT_SECONDS
+  double start_timeout_seconds = 120;           // HOROVOD_START_TIMEOUT
+  bool shm_disable = false;                     // HOROVOD_SHM_DISABLE
+  size_t shm_ring_bytes = size_t(4) << 20;      // HOROVOD_SHM_RING_BYTES
+
+  static Config from_env();  // throws std::invalid_argument naming the bad variable
+};
+
+}  // namespace hs

@@ -1,0 +1,395 @@
+#include "engine/coordinator.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <sstream>
+
+namespace hs {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+
+std::string shape_text(const std::vector<int64_t>& s) {
+  std::ostringstream o;
+  o << "[";
+  for (size_t i = 0; i < s.size(); ++i) o << (i ? ", " : "") << s[i];
+  o << "]";
+  return o.str();
+}
+
+std::string ranks_text(const std::vector<int>& r) {
+  std::ostringstream o;
+  o << "[";
+  for (size_t i = 0; i < r.size(); ++i) o << (i ? ", " : "") << r[i];
+  o << "]";
+  return o.str();
+}
+}  // namespace
+
+Coordinator::Coordinator(int size, const Config& cfg) : size_(size), cfg_(cfg) {
+  std::vector<int32_t> all(size);
+  for (int i = 0; i < size; ++i) all[i] = i;
+  process_sets_[0] = all;
+}
+
+const std::vector<int32_t>* Coordinator::process_set(int32_t id) const {
+  auto it = process_sets_.find(id);
+  return it == process_sets_.end() ? nullptr : &it->second;
+}
+
+const RequestMeta* Coordinator::cached_request(int32_t id) const {
+  if (id < 0 || id >= static_cast<int32_t>(cached_requests_.size())) return nullptr;
+  return &cached_requests_[id];
+}
+
+std::string Coordinator::key(const RequestMeta& m) const {
+  return std::to_string(m.process_set) + "/" + m.name;
+}
+
+void Coordinator::add_request(int rank, const RequestMeta& meta, int32_t cache_id) {
+  if (meta.type == OpType::kJoin) {
+    handle_join(rank);
+    return;
+  }
+  std::string k = key(meta);
+  auto [it, fresh] = pending_.try_emplace(k);
+  Pending& p = it->second;
+  if (fresh) p.first_seen = p.last_warned = Clock::now();
+  p.by_rank[rank] = meta;
+  p.cache_ids[rank] = cache_id;
+  mark_ready_if_complete(k);
+}
+
+bool Coordinator::complete(const Pending& p, int32_t ps) const {
+  const auto* ranks = process_set(ps);
+  if (!ranks) return !p.by_rank.empty();  // unknown set: answer at once with an error
+  for (int32_t r : *ranks)
+    if (!p.by_rank.count(r) && !(ps == 0 && joined_.count(r))) return false;
+  return true;
+}
+
+void Coordinator::mark_ready_if_complete(const std::string& k) {
+  Pending& p = pending_[k];
+  const RequestMeta& any = p.by_rank.begin()->second;
+  if (!complete(p, any.process_set)) return;
+  if (std::find(ready_.begin(), ready_.end(), k) == ready_.end()) ready_.push_back(k);
+}
+
+void Coordinator::handle_join(int rank) {
+  joined_.insert(rank);
+  last_joined_ = rank;
+  for (auto& kv : pending_)
+    if (kv.second.by_rank.begin()->second.process_set == 0) mark_ready_if_complete(kv.first);
+  if (static_cast<int>(joined_.size()) == size_) {
+    Response r;
+    r.type = OpType::kJoin;
+    r.names = {"join"};
+    r.value = last_joined_;
+    r.ranks.assign(joined_.begin(), joined_.end());
+    join_responses_.push_back(r);
+    joined_.clear();
+  }
+}
+
+void Coordinator::validate(const Pending& p, const std::vector<int32_t>& ranks, Response* out) {
+  const RequestMeta& first = p.by_rank.begin()->second;
+  int first_rank = p.by_rank.begin()->first;
+  const char* op = op_type_name(first.type);
+  auto mismatch = [&](const char* what, int r, const std::string& a, const std::string& b) {
+    out->error = std::string("Mismatched ") + op + " " + what + " for tensor '" + first.name +
+                 "': rank " + std::to_string(first_rank) + " has " + a + ", rank " +
+                 std::to_string(r) + " has " + b + ". Every rank must submit the same " + what + ".";
+  };
+  for (const auto& [r, m] : p.by_rank) {
+    if (m.type != first.type)
+      return mismatch("operation", r, op_type_name(first.type), op_type_name(m.type));
+    if (m.dtype != first.dtype)
+      return mismatch("data type", r, dtype_name(first.dtype), dtype_name(m.dtype));
+    bool rest_only = first.type == OpType::kAllgather || first.type == OpType::kAlltoall;
+    if (rest_only) {
+      if (m.shape.size() != first.shape.size() ||
+          !std::equal(m.shape.begin() + (m.shape.empty() ? 0 : 1), m.shape.end(),
+                      first.shape.begin() + (first.shape.empty() ? 0 : 1)))
+        return mismatch("shape (all but the first dimension)", r, shape_text(first.shape),
+                        shape_text(m.shape));
+    } else if (m.shape != first.shape) {
+      return mismatch("shape", r, shape_text(first.shape), shape_text(m.shape));
+    }
+    if (first.type == OpType::kAllreduce || first.type == OpType::kReducescatter) {
+      if (m.op != first.op)
+        return mismatch("reduce op", r, reduce_op_name(first.op), reduce_op_name(m.op));
+      if (m.prescale != first.prescale || m.postscale != first.postscale)
+        return mismatch("prescale/postscale factors", r,
+                        std::to_string(first.prescale) + "/" + std::to_string(first.postscale),
+                        std::to_string(m.prescale) + "/" + std::to_string(m.postscale));
+    }
+    if (first.type == OpType::kBroadcast && m.root != first.root)
+      return mismatch("root rank", r, std::to_string(first.root), std::to_string(m.root));
+    if (first.type == OpType::kAddProcessSet && m.splits != first.splits)
+      return mismatch("process set ranks", r, shape_text(first.splits), shape_text(m.splits));
+    if (first.type == OpType::kRemoveProcessSet && m.root != first.root)
+      return mismatch("process set id", r, std::to_string(first.root), std::to_string(m.root));
+    if ((first.type == OpType::kAllreduce) && !m.group.empty() && m.group != first.group)
+      return mismatch("group", r, first.group, m.group);
+  }
+  int n = static_cast<int>(ranks.size());
+  switch (first.type) {
+    case OpType::kBroadcast:
+      if (first.root < 0 || first.root >= n)
+        out->error = "broadcast of '" + first.name + "': root_rank " + std::to_string(first.root) +
+                     " is outside the process set of " + std::to_string(n) + " ranks";
+      else if (first.process_set == 0 && joined_.count(ranks[first.root]))
+        out->error = "broadcast of '" + first.name + "': root rank " + std::to_string(first.root) +
+                     " has already called join()";
+      break;
+    case OpType::kAllgather:
+      for (int i = 0; i < n; ++i) {
+        auto it = p.by_rank.find(ranks[i]);
+        out->per_rank.push_back(it == p.by_rank.end() || it->second.shape.empty()
+                                    ? (it == p.by_rank.end() ? 0 : 1)
+                                    : it->second.shape[0]);
+      }
+      break;
+    case OpType::kAlltoall:
+      for (int i = 0; i < n; ++i) {
+        auto it = p.by_rank.find(ranks[i]);
+        if (it == p.by_rank.end()) {
+          out->error = "alltoall of '" + first.name + "' cannot run after rank " +
+                       std::to_string(ranks[i]) + " called join()";
+          return;
+        }
+        const RequestMeta& m = it->second;
+        int64_t dim0 = m.shape.empty() ? 1 : m.shape[0];
+        if (m.splits.empty()) {
+          if (dim0 % n != 0) {
+            out->error = "alltoall of '" + first.name + "': rank " + std::to_string(ranks[i]) +
+                         "'s first dimension " + std::to_string(dim0) + " does not divide by " +
+                         std::to_string(n) + " ranks; pass splits";
+            return;
+          }
+          for (int j = 0; j < n; ++j) out->per_rank.push_back(dim0 / n);
+        } else {
+          int64_t sum = 0;
+          for (int64_t s : m.splits) sum += s;
+          if (static_cast<int>(m.splits.size()) != n || sum != dim0) {
+            out->error = "alltoall of '" + first.name + "': rank " + std::to_string(ranks[i]) +
+                         " gave splits " + shape_text(m.splits) + "; they must have " +
+                         std::to_string(n) + " entries summing to the first dimension " +
+                         std::to_string(dim0);
+            return;
+          }
+          out->per_rank.insert(out->per_rank.end(), m.splits.begin(), m.splits.end());
+        }
+      }
+      break;
+    case OpType::kAddProcessSet: {
+      std::vector<int32_t> members(first.splits.begin(), first.splits.end());
+      std::sort(members.begin(), members.end());
+      bool bad = members.empty() || std::adjacent_find(members.begin(), members.end()) != members.end() ||
+                 members.front() < 0 || members.back() >= size_;
+      if (bad) {
+        out->error = "add_process_set: ranks " + shape_text(first.splits) +
+                     " must be distinct global ranks in [0, " + std::to_string(size_) + ")";
+        return;
+      }
+      for (const auto& kv : process_sets_)
+        if (kv.second == members) {
+          out->error = "add_process_set: a process set with ranks " + shape_text(first.splits) +
+                       " already exists (id " + std::to_string(kv.first) + ")";
+          return;
+        }
+      out->value = next_process_set_++;
+      out->ranks = members;
+      process_sets_[out->value] = members;
+      break;
+    }
+    case OpType::kRemoveProcessSet:
+      if (first.root == 0 || !process_sets_.count(first.root)) {
+        out->error = "remove_process_set: no removable process set with id " +
+                     std::to_string(first.root);
+        return;
+      }
+      out->value = first.root;
+      process_sets_.erase(first.root);
+      break;
+    default:
+      break;
+  }
+}
+
+Response Coordinator::build(const std::string& k, Pending& p) {
+  const RequestMeta& first = p.by_rank.begin()->second;
+  // Fast path: every rank sent the same cache id, so this exact request was validated before.
+  int32_t common = p.cache_ids.begin()->second;
+  bool all_same = common >= 0 && static_cast<int>(p.cache_ids.size()) ==
+                                     static_cast<int>(process_set(first.process_set)->size());
+  for (const auto& kv : p.cache_ids) all_same = all_same && kv.second == common;
+  if (all_same && common < static_cast<int32_t>(cached_responses_.size())) {
+    Response r = cached_responses_[common];
+    r.all_cached = true;
+    return r;
+  }
+  Response r;
+  r.type = first.type;
+  r.names = {first.name};
+  r.dtype = first.dtype;
+  r.op = first.op;
+  r.prescale = first.prescale;
+  r.postscale = first.postscale;
+  r.process_set = first.process_set;
+  r.root = first.root;
+  r.shapes = {first.shape};
+  r.cache_ids = {-1};
+  const auto* ranks = process_set(first.process_set);
+  if (!ranks) {
+    r.error = std::string(op_type_name(first.type)) + " of '" + first.name +
+              "': unknown process set id " + std::to_string(first.process_set);
+    return r;
+  }
+  validate(p, *ranks, &r);
+  // Cache what is fully determined by one signature shared by every rank.
+  std::string sig = first.signature();
+  bool uniform = static_cast<int>(p.by_rank.size()) == static_cast<int>(ranks->size());
+  for (const auto& kv : p.by_rank) uniform = uniform && kv.second.signature() == sig;
+  bool cacheable = r.error.empty() && uniform && cfg_.cache_capacity > 0 &&
+                   (r.type == OpType::kAllreduce || r.type == OpType::kAllgather ||
+                    r.type == OpType::kBroadcast || r.type == OpType::kReducescatter ||
+                    r.type == OpType::kAlltoall);
+  if (cacheable) {
+    auto it = cache_by_signature_.find(sig);
+    if (it != cache_by_signature_.end()) {
+      r.cache_ids = {it->second};
+    } else if (cached_requests_.size() < cfg_.cache_capacity) {
+      int32_t id = static_cast<int32_t>(cached_requests_.size());
+      cache_by_signature_[sig] = id;
+      cached_requests_.push_back(first);
+      r.cache_ids = {id};
+      cached_responses_.push_back(r);
+    }
+  }
+  (void)k;
+  return r;
+}
+
+void Coordinator::fuse(std::vector<Response>& in, std::vector<Response>* out) {
+  auto compatible = [](const Response& a, const Response& b) {
+    return a.type == OpType::kAllreduce && b.type == OpType::kAllreduce && a.error.empty() &&
+           b.error.empty() && a.dtype == b.dtype && a.op == b.op && a.prescale == b.prescale &&
+           a.postscale == b.postscale && a.process_set == b.process_set;
+  };
+  size_t i = 0;
+  while (i < in.size()) {
+    Response cur = std::move(in[i]);
+    size_t bytes = 0;
+    for (size_t t = 0; t < cur.shapes.size(); ++t) bytes += cur.tensor_bytes(t);
+    ++i;
+    while (i < in.size() && compatible(cur, in[i])) {
+      size_t more = 0;
+      for (size_t t = 0; t < in[i].shapes.size(); ++t) more += in[i].tensor_bytes(t);
+      if (bytes + more > cfg_.fusion_threshold) break;
+      Response& nx = in[i];
+      cur.names.insert(cur.names.end(), nx.names.begin(), nx.names.end());
+      cur.shapes.insert(cur.shapes.end(), nx.shapes.begin(), nx.shapes.end());
+      cur.cache_ids.insert(cur.cache_ids.end(), nx.cache_ids.begin(), nx.cache_ids.end());
+      cur.all_cached = cur.all_cached && nx.all_cached;
+      bytes += more;
+      ++i;
+    }
+    out->push_back(std::move(cur));
+  }
+}
+
+std::vector<Response> Coordinator::take_ready() {
+  std::vector<Response> singles, grouped_out, out;
+  std::map<std::string, std::vector<Response>> groups;
+  std::vector<std::string> still_waiting;
+  for (const std::string& k : ready_) {
+    Pending& p = pending_[k];
+    const RequestMeta& first = p.by_rank.begin()->second;
+    if (!first.group.empty()) {
+      // A group is released only when every member is ready on every rank.
+      size_t ready_members = 0;
+      for (const std::string& k2 : ready_)
+        if (pending_[k2].by_rank.begin()->second.group == first.group) ++ready_members;
+      if (static_cast<int32_t>(ready_members) < first.group_size) {
+        still_waiting.push_back(k);
+        continue;
+      }
+      Response r = build(k, p);
+      pending_.erase(k);
+      auto& g = groups[first.group];
+      g.push_back(std::move(r));
+      if (static_cast<int32_t>(g.size()) == first.group_size) {
+        // Members fuse together whatever the threshold: that is what grouping promises.
+        Response merged = std::move(g[0]);
+        for (size_t j = 1; j < g.size(); ++j) {
+          if (!g[j].error.empty() && merged.error.empty()) merged.error = g[j].error;
+          merged.names.insert(merged.names.end(), g[j].names.begin(), g[j].names.end());
+          merged.shapes.insert(merged.shapes.end(), g[j].shapes.begin(), g[j].shapes.end());
+          merged.cache_ids.insert(merged.cache_ids.end(), g[j].cache_ids.begin(), g[j].cache_ids.end());
+          merged.all_cached = merged.all_cached && g[j].all_cached;
+          if (g[j].dtype != merged.dtype && merged.error.empty())
+            merged.error = "grouped_allreduce '" + first.group + "' mixes data types " +
+                           dtype_name(merged.dtype) + " and " + dtype_name(g[j].dtype) +
+                           "; group tensors of one dtype";
+        }
+        singles.push_back(std::move(merged));
+        groups.erase(first.group);
+      }
+      continue;
+    }
+    singles.push_back(build(k, p));
+    pending_.erase(k);
+  }
+  ready_ = still_waiting;
+  fuse(singles, &out);
+  for (auto& j : join_responses_) out.push_back(std::move(j));
+  join_responses_.clear();
+  return out;
+}
+
+void Coordinator::check_stalls(std::vector<Response>* errors) {
+  if (cfg_.stall_check_disable || cfg_.stall_check_seconds <= 0) return;
+  auto now = Clock::now();
+  std::vector<std::string> expired;
+  for (auto& [k, p] : pending_) {
+    double waited = std::chrono::duration<double>(now - p.first_seen).count();
+    double since_warn = std::chrono::duration<double>(now - p.last_warned).count();
+    const RequestMeta& first = p.by_rank.begin()->second;
+    const auto* ranks = process_set(first.process_set);
+    if (!ranks) continue;
+    std::vector<int> have, missing;
+    for (int32_t r : *ranks) (p.by_rank.count(r) ? have : missing).push_back(r);
+    if (cfg_.stall_shutdown_seconds > 0 && waited >= cfg_.stall_shutdown_seconds) {
+      Response r;
+      r.type = first.type;
+      r.names = {first.name};
+      r.process_set = first.process_set;
+      r.shapes = {first.shape};
+      r.cache_ids = {-1};
+      r.error = std::string(op_type_name(first.type)) + " of '" + first.name + "' stalled for " +
+                std::to_string(static_cast<int>(waited)) + " s: ranks " + ranks_text(missing) +
+                " never submitted it (HOROVOD_STALL_SHUTDOWN_TIME_SECONDS)";
+      errors->push_back(r);
+      expired.push_back(k);
+      continue;
+    }
+    if (waited >= cfg_.stall_check_seconds && since_warn >= cfg_.stall_check_seconds) {
+      p.last_warned = now;
+      std::fprintf(stderr,
+                   "[horovod_spark] WARNING: stall: %s '%s' has waited %d s. Submitted by ranks %s; "
+                   "missing ranks %s. One or more ranks may have diverged (a conditional collective, "
+                   "different tensor names, or an exception). HOROVOD_STALL_CHECK_TIME_SECONDS sets "
+                   "this interval.\n",
+                   op_type_name(first.type), first.name.c_str(), static_cast<int>(waited),
+                   ranks_text(have).c_str(), ranks_text(missing).c_str());
+      std::fflush(stderr);
+    }
+  }
+  for (const auto& k : expired) {
+    pending_.erase(k);
+    ready_.erase(std::remove(ready_.begin(), ready_.end(), k), ready_.end());
+  }
+}
+
+}  // namespace hs

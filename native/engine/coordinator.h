@@ -1,0 +1,61 @@
+// Rank 0's negotiation: collects every rank's requests, decides which tensors are ready on all
+// ranks of their process set, checks that the ranks agree (dtype, shape, op, root...), plans
+// fusion, and remembers accepted requests in a response cache so that a steady-state training
+// step's messages shrink to a few integers and skip re-validation.
+#pragma once
+#include <chrono>
+#include <map>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "common/config.h"
+#include "engine/message.h"
+
+namespace hs {
+
+class Coordinator {
+ public:
+  Coordinator(int size, const Config& cfg);
+  // A request from `rank`; cache_id >= 0 means the rank sent only the id of a cached request.
+  void add_request(int rank, const RequestMeta& meta, int32_t cache_id);
+  // Requests arriving as cache ids are resolved here (nullptr if unknown).
+  const RequestMeta* cached_request(int32_t id) const;
+  // Responses that became ready, in the order every rank must execute them.
+  std::vector<Response> take_ready();
+  // Warnings (and, past HOROVOD_STALL_SHUTDOWN_TIME_SECONDS, error responses) for tensors that
+  // some ranks submitted and others did not.
+  void check_stalls(std::vector<Response>* errors);
+  const std::vector<int32_t>* process_set(int32_t id) const;
+
+ private:
+  struct Pending {
+    std::map<int, RequestMeta> by_rank;
+    std::map<int, int32_t> cache_ids;
+    std::chrono::steady_clock::time_point first_seen, last_warned;
+  };
+  std::string key(const RequestMeta& m) const;
+  bool complete(const Pending& p, int32_t ps) const;
+  Response build(const std::string& key, Pending& p);
+  void validate(const Pending& p, const std::vector<int32_t>& ranks, Response* out);
+  void mark_ready_if_complete(const std::string& key);
+  void handle_join(int rank);
+  void fuse(std::vector<Response>& in, std::vector<Response>* out);
+
+  int size_;
+  Config cfg_;
+  std::map<std::string, Pending> pending_;
+  std::vector<std::string> ready_;  // keys whose every rank has submitted, in completion order
+  std::set<int> joined_;
+  int last_joined_ = -1;
+  std::map<int32_t, std::vector<int32_t>> process_sets_;
+  int32_t next_process_set_ = 1;
+  // response cache
+  std::unordered_map<std::string, int32_t> cache_by_signature_;
+  std::vector<RequestMeta> cached_requests_;
+  std::vector<Response> cached_responses_;
+  std::vector<Response> join_responses_;
+};
+
+}  // namespace hs

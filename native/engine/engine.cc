@@ -1,0 +1,325 @@
+#include "engine/engine.h"
+
+#include <sched.h>
+
+#include <algorithm>
+#include <cstdio>
+
+#include "common/errors.h"
+
+namespace hs {
+
+namespace {
+enum RequestTag : uint8_t { kFullRequest = 0, kCachedRequest = 1 };
+enum ResponseTag : uint8_t { kFullResponse = 0, kCachedResponses = 1 };
+constexpr int kSpinRoundsBeforeSleep = 2000;
+}  // namespace
+
+Engine::Engine(int rank, int size, const Config& cfg)
+    : rank_(rank), size_(size), cfg_(cfg), transport_(rank, size) {
+  std::vector<int32_t> all(size);
+  for (int i = 0; i < size; ++i) all[i] = i;
+  process_sets_[0] = all;
+}
+
+Engine::~Engine() { shutdown(); }
+
+void Engine::start(const std::vector<PeerAddress>& peers, const std::string& job_token) {
+  TransportOptions opt;
+  opt.job_token = job_token;
+  opt.connect_timeout_ms = static_cast<int>(cfg_.start_timeout_seconds * 1000);
+  opt.data_timeout_ms = static_cast<int>(cfg_.data_timeout_seconds * 1000);
+  opt.shm_data_ring_bytes = cfg_.shm_ring_bytes;
+  opt.disable_shm = cfg_.shm_disable;
+  transport_.connect(peers, opt);
+  groups_[0].reset(new PeerGroup(&transport_, process_sets_[0]));
+  if (rank_ == 0) coordinator_.reset(new Coordinator(size_, cfg_));
+  if (rank_ == 0 && !cfg_.timeline_path.empty())
+    timeline_.start(cfg_.timeline_path, cfg_.timeline_mark_cycles);
+  thread_ = std::thread([this] { loop(); });
+}
+
+void Engine::shutdown() {
+  if (thread_.joinable()) {
+    stop_ = true;
+    transport_.notify_self();
+    thread_.join();
+  }
+  {
+    std::lock_guard<std::mutex> l(queue_mu_);
+    if (failed_.empty()) failed_ = "horovod_spark has been shut down; call hvd.init() first";
+  }
+  for (auto& kv : entries_) handles_.fail(kv.second.handle, HandleError::kInternal, failed_);
+  entries_.clear();
+  for (auto& q : queue_) handles_.fail(q.handle, HandleError::kInternal, failed_);
+  queue_.clear();
+  timeline_.stop();
+  transport_.close();
+}
+
+int64_t Engine::enqueue(TensorRequest req) {
+  req.handle = handles_.create();
+  req.enqueued_us = Timeline::now_us();
+  std::string err;
+  {
+    std::lock_guard<std::mutex> l(queue_mu_);
+    const RequestMeta& m = req.meta;
+    auto ps = process_sets_.find(m.process_set);
+    std::string key = key_of(m.process_set, m.name);
+    if (!failed_.empty()) {
+      err = failed_;
+    } else if (ps == process_sets_.end()) {
+      err = std::string(op_type_name(m.type)) + " of '" + m.name + "': unknown process set id " +
+            std::to_string(m.process_set) + " (was it removed, or added on some ranks only?)";
+    } else if (std::find(ps->second.begin(), ps->second.end(), rank_) == ps->second.end()) {
+      err = std::string(op_type_name(m.type)) + " of '" + m.name + "': rank " +
+            std::to_string(rank_) + " is not a member of process set " +
+            std::to_string(m.process_set);
+    } else if (inflight_.count(key)) {
+      err = std::string(op_type_name(m.type)) + " of '" + m.name +
+            "': a tensor with this name is already in flight on rank " + std::to_string(rank_) +
+            "; give concurrent collectives distinct names";
+    } else {
+      for (int g : gone_)
+        if (g == 0 || std::find(ps->second.begin(), ps->second.end(), g) != ps->second.end())
+          err = std::string(op_type_name(m.type)) + " of '" + m.name + "': rank " +
+                std::to_string(g) + " has shut down";
+    }
+    if (err.empty()) {
+      inflight_.insert(key);
+      queue_.push_back(req);
+    }
+  }
+  if (!err.empty()) {
+    handles_.fail(req.handle, failed_.empty() ? HandleError::kCollective : HandleError::kInternal,
+                  err);
+  } else {
+    transport_.notify_self();
+  }
+  return req.handle;
+}
+
+bool Engine::process_set_ranks(int32_t id, std::vector<int32_t>* ranks) {
+  std::lock_guard<std::mutex> l(queue_mu_);
+  auto it = process_sets_.find(id);
+  if (it == process_sets_.end()) return false;
+  *ranks = it->second;
+  return true;
+}
+
+std::vector<int32_t> Engine::process_set_ids() {
+  std::lock_guard<std::mutex> l(queue_mu_);
+  std::vector<int32_t> ids;
+  for (auto& kv : process_sets_) ids.push_back(kv.first);
+  return ids;
+}
+
+void Engine::loop() {
+  int idle_rounds = 0;
+  while (!stop_) {
+    uint32_t token = transport_.activity_token();
+    bool progress = false;
+    try {
+      progress |= transport_.progress_control();
+      progress |= take_local_requests();
+      progress |= rank_ == 0 ? coordinate() : receive_responses();
+      progress |= transport_.progress_control();
+      check_health(rank_ == 0);
+    } catch (const TransportError& e) {
+      fatal(e.what());
+      return;
+    } catch (const std::exception& e) {
+      fatal(std::string("internal error in the collective engine: ") + e.what());
+      return;
+    }
+    if (progress) {
+      idle_rounds = 0;
+      continue;
+    }
+    // Stay hot briefly after work (the next step's tensors usually follow at once), then sleep
+    // on the doorbell so an idle rank costs no CPU.
+    if (++idle_rounds < kSpinRoundsBeforeSleep) {
+      if (idle_rounds > 200) sched_yield();
+      continue;
+    }
+    transport_.wait_for_activity(token, static_cast<int>(std::max(1.0, cfg_.cycle_time_ms * 1000)));
+  }
+}
+
+bool Engine::take_local_requests() {
+  std::vector<TensorRequest> batch;
+  {
+    std::lock_guard<std::mutex> l(queue_mu_);
+    if (queue_.empty()) return false;
+    batch.swap(queue_);
+  }
+  WireWriter w;
+  w.put<uint32_t>(static_cast<uint32_t>(batch.size()));
+  for (auto& req : batch) {
+    const RequestMeta& m = req.meta;
+    std::string key = key_of(m.process_set, m.name);
+    if (timeline_.active()) {
+      timeline_.begin(m.name, "QUEUE", req.enqueued_us);
+      timeline_.end(m.name);
+      timeline_.begin(m.name, std::string("NEGOTIATE_") + op_type_name(m.type));
+    }
+    int32_t cache_id = -1;
+    if (!my_cache_.empty()) {
+      auto it = my_cache_.find(m.signature());
+      if (it != my_cache_.end()) cache_id = it->second;
+    }
+    if (rank_ == 0) {
+      coordinator_->add_request(0, m, cache_id);
+    } else if (cache_id >= 0) {
+      w.put<uint8_t>(kCachedRequest);
+      w.put<int32_t>(cache_id);
+    } else {
+      w.put<uint8_t>(kFullRequest);
+      m.write(w);
+    }
+    entries_[key] = std::move(req);
+  }
+  if (rank_ != 0) transport_.post_control(0, w.take());
+  return true;
+}
+
+bool Engine::coordinate() {
+  bool progress = false;
+  std::string msg;
+  for (int p = 1; p < size_; ++p) {
+    while (transport_.pop_control(p, &msg)) {
+      progress = true;
+      WireReader r(msg);
+      uint32_t n = r.get<uint32_t>();
+      for (uint32_t i = 0; i < n; ++i) {
+        if (r.get<uint8_t>() == kCachedRequest) {
+          int32_t id = r.get<int32_t>();
+          const RequestMeta* m = coordinator_->cached_request(id);
+          if (!m) throw std::runtime_error("rank " + std::to_string(p) + " sent unknown cache id");
+          coordinator_->add_request(p, *m, id);
+        } else {
+          coordinator_->add_request(p, RequestMeta::read(r), -1);
+        }
+      }
+    }
+  }
+  std::vector<Response> responses = coordinator_->take_ready();
+  int64_t now = Timeline::now_us();
+  if (now - last_stall_check_us_ > 1000000) {
+    last_stall_check_us_ = now;
+    coordinator_->check_stalls(&responses);
+  }
+  if (responses.empty()) return progress;
+  timeline_.mark_cycle();
+  WireWriter w;
+  w.put<uint32_t>(static_cast<uint32_t>(responses.size()));
+  for (const Response& resp : responses) {
+    if (resp.all_cached) {
+      w.put<uint8_t>(kCachedResponses);
+      w.put_vec(resp.cache_ids);
+    } else {
+      w.put<uint8_t>(kFullResponse);
+      resp.write(w);
+    }
+  }
+  std::string encoded = w.take();
+  for (int p = 1; p < size_; ++p) transport_.post_control(p, encoded);
+  transport_.progress_control();  // peers must see the order before we block in a collective
+  for (const Response& resp : responses) execute(resp);
+  return true;
+}
+
+bool Engine::receive_responses() {
+  bool progress = false;
+  std::string msg;
+  while (transport_.pop_control(0, &msg)) {
+    progress = true;
+    WireReader r(msg);
+    uint32_t n = r.get<uint32_t>();
+    for (uint32_t i = 0; i < n; ++i) {
+      if (r.get<uint8_t>() == kCachedResponses) {
+        std::vector<int32_t> ids = r.get_vec<int32_t>();
+        Response fused = cached_responses_.at(ids[0]);
+        for (size_t j = 1; j < ids.size(); ++j) {
+          const Response& part = cached_responses_.at(ids[j]);
+          fused.names.push_back(part.names[0]);
+          fused.shapes.push_back(part.shapes[0]);
+          fused.cache_ids.push_back(ids[j]);
+        }
+        execute(fused);
+      } else {
+        execute(Response::read(r));
+      }
+    }
+  }
+  return progress;
+}
+
+void Engine::check_health(bool coordinator) {
+  int64_t now = Timeline::now_us();
+  if (now - last_health_check_us_ < 20000) return;
+  last_health_check_us_ = now;
+  (void)coordinator;
+  std::vector<int> gone;
+  std::vector<int> dead = transport_.check_peers(&gone);
+  if (!dead.empty()) {
+    std::string who;
+    for (int d : dead) who += (who.empty() ? "" : ", ") + transport_.describe(d);
+    throw TransportError(who + (dead.size() > 1 ? " have" : " has") +
+                         " exited unexpectedly (connection lost); collectives cannot continue");
+  }
+  for (int g : gone) {
+    std::lock_guard<std::mutex> l(queue_mu_);
+    gone_.insert(g);
+  }
+  if (gone.empty()) return;
+  // Pending tensors that need a rank that left can never complete.
+  std::vector<std::string> doomed;
+  for (auto& kv : entries_) {
+    const auto& ps = process_sets_[kv.second.meta.process_set];
+    for (int g : gone)
+      if (g == 0 || std::find(ps.begin(), ps.end(), g) != ps.end()) doomed.push_back(kv.first);
+  }
+  for (const auto& k : doomed)
+    if (entries_.count(k))
+      fail_entry(k, HandleError::kInternal,
+                 std::string(op_type_name(entries_[k].meta.type)) + " of '" +
+                     entries_[k].meta.name + "' cannot complete: " + transport_.describe(gone[0]) +
+                     " has shut down");
+}
+
+void Engine::finish(const std::string& key, HandleResult result) {
+  auto it = entries_.find(key);
+  if (it == entries_.end()) return;
+  if (timeline_.active()) timeline_.end(it->second.meta.name);
+  handles_.complete(it->second.handle, std::move(result));
+  entries_.erase(it);
+  std::lock_guard<std::mutex> l(queue_mu_);
+  inflight_.erase(key);
+}
+
+void Engine::fail_entry(const std::string& key, HandleError kind, const std::string& msg) {
+  auto it = entries_.find(key);
+  if (it == entries_.end()) return;
+  handles_.fail(it->second.handle, kind, msg);
+  entries_.erase(it);
+  std::lock_guard<std::mutex> l(queue_mu_);
+  inflight_.erase(key);
+}
+
+void Engine::fatal(const std::string& msg) {
+  std::vector<TensorRequest> queued;
+  {
+    std::lock_guard<std::mutex> l(queue_mu_);
+    failed_ = msg;
+    queued.swap(queue_);
+    inflight_.clear();
+  }
+  for (auto& kv : entries_) handles_.fail(kv.second.handle, HandleError::kInternal, msg);
+  entries_.clear();
+  for (auto& q : queued) handles_.fail(q.handle, HandleError::kInternal, msg);
+  std::fprintf(stderr, "[horovod_spark] rank %d: %s\n", rank_, msg.c_str());
+  std::fflush(stderr);
+}
+
+}  // namespace hs

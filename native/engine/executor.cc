@@ -1,0 +1,247 @@
+// Executing a negotiated response on this rank: lay tensors out (fusion buffer, zero inputs for a
+// rank that joined), call the collective algorithm, hand results to the handles.
+#include <algorithm>
+#include <cstring>
+
+#include "collectives/collectives.h"
+#include "common/errors.h"
+#include "common/reduce.h"
+#include "engine/engine.h"
+
+namespace hs {
+
+namespace {
+size_t row_bytes(const std::vector<int64_t>& shape, DataType dt) {
+  size_t n = dtype_size(dt);
+  for (size_t i = 1; i < shape.size(); ++i) n *= static_cast<size_t>(shape[i]);
+  return n;
+}
+size_t elements(const std::vector<int64_t>& shape) {
+  size_t n = 1;
+  for (int64_t d : shape) n *= static_cast<size_t>(d);
+  return n;
+}
+}  // namespace
+
+void Engine::remember_cacheable(const Response& r) {
+  for (size_t i = 0; i < r.cache_ids.size() && i < r.names.size(); ++i) {
+    int32_t id = r.cache_ids[i];
+    if (id < 0 || cached_responses_.count(id)) continue;
+    Response single = r;
+    single.names = {r.names[i]};
+    single.shapes = {r.shapes[i]};
+    single.cache_ids = {id};
+    single.all_cached = false;
+    cached_responses_[id] = single;
+    auto it = entries_.find(key_of(r.process_set, r.names[i]));
+    if (it != entries_.end()) my_cache_[it->second.meta.signature()] = id;
+  }
+}
+
+void Engine::execute(const Response& r) {
+  if (r.type == OpType::kJoin) {
+    HandleResult res;
+    res.value = r.value;
+    finish(key_of(0, "join"), std::move(res));
+    return;
+  }
+  if (r.type == OpType::kAddProcessSet || r.type == OpType::kRemoveProcessSet) {
+    std::string key = key_of(0, r.names[0]);
+    if (!r.error.empty()) return fail_entry(key, HandleError::kCollective, r.error);
+    {
+      std::lock_guard<std::mutex> l(queue_mu_);
+      if (r.type == OpType::kAddProcessSet) process_sets_[r.value] = r.ranks;
+      else process_sets_.erase(r.value);
+    }
+    if (r.type == OpType::kAddProcessSet &&
+        std::find(r.ranks.begin(), r.ranks.end(), rank_) != r.ranks.end())
+      groups_[r.value].reset(new PeerGroup(&transport_, r.ranks));
+    if (r.type == OpType::kRemoveProcessSet) groups_.erase(r.value);
+    HandleResult res;
+    res.value = r.value;
+    return finish(key, std::move(res));
+  }
+  auto git = groups_.find(r.process_set);
+  if (git == groups_.end()) return;  // not a member: nothing of ours is in it
+  if (!r.error.empty()) {
+    for (const auto& n : r.names)
+      fail_entry(key_of(r.process_set, n), HandleError::kCollective, r.error);
+    return;
+  }
+  remember_cacheable(r);
+  if (timeline_.active())
+    for (const auto& n : r.names) {
+      timeline_.end(n);
+      std::string act = op_type_name(r.type);
+      std::transform(act.begin(), act.end(), act.begin(), ::toupper);
+      timeline_.begin(n, act);
+    }
+  Group& g = *git->second;
+  try {
+    switch (r.type) {
+      case OpType::kAllreduce: execute_allreduce(r, g); break;
+      case OpType::kAllgather: execute_allgather(r, g); break;
+      case OpType::kBroadcast: execute_broadcast(r, g); break;
+      case OpType::kAlltoall: execute_alltoall(r, g); break;
+      case OpType::kReducescatter: execute_reducescatter(r, g); break;
+      case OpType::kBarrier:
+        barrier(g);
+        finish(key_of(r.process_set, r.names[0]), HandleResult{});
+        break;
+      default: break;
+    }
+  } catch (const CollectiveError& e) {
+    for (const auto& n : r.names)
+      fail_entry(key_of(r.process_set, n), HandleError::kCollective, e.what());
+  }
+}
+
+void Engine::execute_allreduce(const Response& r, Group& g) {
+  ReduceOp op = r.op == ReduceOp::kAverage ? ReduceOp::kSum : r.op;
+  double post = r.postscale * (r.op == ReduceOp::kAverage ? 1.0 / g.size() : 1.0);
+  if (r.op == ReduceOp::kAdasum)
+    throw CollectiveError("allreduce of '" + r.names[0] +
+                          "': op=Adasum is not supported by horovod_spark; use Average or Sum");
+  const std::string& first = r.names[0];
+  auto entry = entries_.find(key_of(r.process_set, first));
+  if (r.names.size() == 1 && entry != entries_.end()) {
+    // Unfused: reduce straight from the input into the output, no staging copy.
+    size_t n = elements(r.shapes[0]);
+    const void* in = entry->second.in;
+    void* out = entry->second.out;
+    if (r.prescale != 1.0) {
+      if (in != out) std::memcpy(out, in, n * dtype_size(r.dtype));
+      scale_buffer(out, n, r.dtype, r.prescale);
+      in = out;
+    }
+    if (timeline_.active()) timeline_.begin(first, "COLLECTIVE");
+    allreduce(g, in, out, n, r.dtype, op);
+    scale_buffer(out, n, r.dtype, post);
+    if (timeline_.active()) timeline_.end(first);
+    return finish(entry->first, HandleResult{});
+  }
+  size_t total = 0;
+  for (size_t i = 0; i < r.names.size(); ++i) total += r.tensor_bytes(i);
+  if (fusion_buffer_.size() < total) fusion_buffer_.resize(total);
+  uint8_t* buf = fusion_buffer_.data();
+  if (timeline_.active()) for (auto& n : r.names) timeline_.begin(n, "MEMCPY_IN_FUSION_BUFFER");
+  size_t off = 0;
+  for (size_t i = 0; i < r.names.size(); ++i) {
+    size_t b = r.tensor_bytes(i);
+    auto it = entries_.find(key_of(r.process_set, r.names[i]));
+    if (it != entries_.end()) std::memcpy(buf + off, it->second.in, b);
+    else std::memset(buf + off, 0, b);  // this rank joined: it contributes zeros
+    off += b;
+  }
+  size_t count = total / dtype_size(r.dtype);
+  scale_buffer(buf, count, r.dtype, r.prescale);
+  if (timeline_.active()) for (auto& n : r.names) { timeline_.end(n); timeline_.begin(n, "COLLECTIVE"); }
+  allreduce(g, buf, buf, count, r.dtype, op);
+  scale_buffer(buf, count, r.dtype, post);
+  if (timeline_.active()) for (auto& n : r.names) { timeline_.end(n); timeline_.begin(n, "MEMCPY_OUT_FUSION_BUFFER"); }
+  off = 0;
+  for (size_t i = 0; i < r.names.size(); ++i) {
+    size_t b = r.tensor_bytes(i);
+    std::string key = key_of(r.process_set, r.names[i]);
+    auto it = entries_.find(key);
+    if (it != entries_.end()) {
+      std::memcpy(it->second.out, buf + off, b);
+      if (timeline_.active()) timeline_.end(r.names[i]);
+      finish(key, HandleResult{});
+    }
+    off += b;
+  }
+}
+
+void Engine::execute_allgather(const Response& r, Group& g) {
+  std::string key = key_of(r.process_set, r.names[0]);
+  auto it = entries_.find(key);
+  const auto& shape = r.shapes[0];
+  size_t rb = row_bytes(shape, r.dtype);
+  std::vector<size_t> bytes(g.size());
+  int64_t rows = 0;
+  for (int i = 0; i < g.size(); ++i) {
+    bytes[i] = static_cast<size_t>(r.per_rank[i]) * rb;
+    rows += r.per_rank[i];
+  }
+  HandleResult res;
+  res.data.resize(static_cast<size_t>(rows) * rb);
+  res.has_data = true;
+  res.shape = shape.empty() ? std::vector<int64_t>{rows} : shape;
+  res.shape[0] = rows;
+  const void* in = it != entries_.end() ? it->second.in : nullptr;
+  allgatherv(g, in, res.data.data(), bytes);
+  finish(key, std::move(res));
+}
+
+void Engine::execute_broadcast(const Response& r, Group& g) {
+  std::string key = key_of(r.process_set, r.names[0]);
+  auto it = entries_.find(key);
+  size_t b = r.tensor_bytes(0);
+  if (it == entries_.end()) {
+    std::vector<uint8_t> sink(b);  // joined: receive and drop
+    broadcast(g, sink.data(), b, r.root);
+    return;
+  }
+  if (g.rank() == r.root && it->second.in != it->second.out)
+    std::memcpy(it->second.out, it->second.in, b);
+  broadcast(g, it->second.out, b, r.root);
+  finish(key, HandleResult{});
+}
+
+void Engine::execute_alltoall(const Response& r, Group& g) {
+  std::string key = key_of(r.process_set, r.names[0]);
+  auto it = entries_.find(key);
+  if (it == entries_.end()) return;
+  int n = g.size(), me = g.rank();
+  const auto& shape = r.shapes[0];
+  size_t rb = row_bytes(shape, r.dtype);
+  std::vector<size_t> send(n), recv(n);
+  HandleResult res;
+  int64_t rows = 0;
+  for (int p = 0; p < n; ++p) {
+    send[p] = static_cast<size_t>(r.per_rank[me * n + p]) * rb;
+    recv[p] = static_cast<size_t>(r.per_rank[p * n + me]) * rb;
+    res.splits.push_back(r.per_rank[p * n + me]);
+    rows += r.per_rank[p * n + me];
+  }
+  res.data.resize(static_cast<size_t>(rows) * rb);
+  res.has_data = true;
+  res.shape = shape.empty() ? std::vector<int64_t>{rows} : shape;
+  res.shape[0] = rows;
+  alltoallv(g, it->second.in, send, res.data.data(), recv);
+  finish(key, std::move(res));
+}
+
+void Engine::execute_reducescatter(const Response& r, Group& g) {
+  std::string key = key_of(r.process_set, r.names[0]);
+  auto it = entries_.find(key);
+  int n = g.size();
+  const auto& shape = r.shapes[0];
+  int64_t dim0 = shape.empty() ? 1 : shape[0];
+  size_t row_elems = row_bytes(shape, r.dtype) / dtype_size(r.dtype);
+  std::vector<size_t> counts(n);
+  for (int i = 0; i < n; ++i)
+    counts[i] = static_cast<size_t>(dim0 / n + (i < dim0 % n ? 1 : 0)) * row_elems;
+  size_t total = elements(shape);
+  std::vector<uint8_t> scaled;
+  const void* in = it != entries_.end() ? it->second.in : nullptr;
+  if (!in || r.prescale != 1.0) {
+    scaled.assign(total * dtype_size(r.dtype), 0);
+    if (in) std::memcpy(scaled.data(), in, scaled.size());
+    scale_buffer(scaled.data(), total, r.dtype, r.prescale);
+    in = scaled.data();
+  }
+  ReduceOp op = r.op == ReduceOp::kAverage ? ReduceOp::kSum : r.op;
+  double post = r.postscale * (r.op == ReduceOp::kAverage ? 1.0 / n : 1.0);
+  HandleResult res;
+  res.data.resize(counts[g.rank()] * dtype_size(r.dtype));
+  res.has_data = true;
+  res.shape = shape.empty() ? std::vector<int64_t>{1} : shape;
+  res.shape[0] = dim0 / n + (g.rank() < dim0 % n ? 1 : 0);
+  reducescatter(g, in, res.data.data(), counts, r.dtype, op);
+  scale_buffer(res.data.data(), counts[g.rank()], r.dtype, post);
+  finish(key, std::move(res));
+}
+
+}  // namespace hs

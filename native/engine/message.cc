@@ -1,0 +1,110 @@
+#include "engine/message.h"
+
+namespace hs {
+
+const char* op_type_name(OpType t) {
+  switch (t) {
+    case OpType::kAllreduce: return "allreduce";
+    case OpType::kAllgather: return "allgather";
+    case OpType::kBroadcast: return "broadcast";
+    case OpType::kAlltoall: return "alltoall";
+    case OpType::kReducescatter: return "reducescatter";
+    case OpType::kBarrier: return "barrier";
+    case OpType::kJoin: return "join";
+    case OpType::kAddProcessSet: return "add_process_set";
+    case OpType::kRemoveProcessSet: return "remove_process_set";
+  }
+  return "unknown";
+}
+
+int64_t RequestMeta::num_elements() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+std::string RequestMeta::signature() const {
+  WireWriter w;
+  write(w);
+  return w.take();
+}
+
+void RequestMeta::write(WireWriter& w) const {
+  w.put<uint8_t>(static_cast<uint8_t>(type));
+  w.put_str(name);
+  w.put<int32_t>(static_cast<int32_t>(dtype));
+  w.put_vec(shape);
+  w.put<int32_t>(root);
+  w.put<int32_t>(static_cast<int32_t>(op));
+  w.put<double>(prescale);
+  w.put<double>(postscale);
+  w.put<int32_t>(process_set);
+  w.put_str(group);
+  w.put<int32_t>(group_size);
+  w.put_vec(splits);
+}
+
+RequestMeta RequestMeta::read(WireReader& r) {
+  RequestMeta m;
+  m.type = static_cast<OpType>(r.get<uint8_t>());
+  m.name = r.get_str();
+  m.dtype = static_cast<DataType>(r.get<int32_t>());
+  m.shape = r.get_vec<int64_t>();
+  m.root = r.get<int32_t>();
+  m.op = static_cast<ReduceOp>(r.get<int32_t>());
+  m.prescale = r.get<double>();
+  m.postscale = r.get<double>();
+  m.process_set = r.get<int32_t>();
+  m.group = r.get_str();
+  m.group_size = r.get<int32_t>();
+  m.splits = r.get_vec<int64_t>();
+  return m;
+}
+
+size_t Response::tensor_bytes(size_t i) const {
+  size_t n = dtype_size(dtype);
+  for (int64_t d : shapes[i]) n *= static_cast<size_t>(d);
+  return n;
+}
+
+void Response::write(WireWriter& w) const {
+  w.put<uint8_t>(static_cast<uint8_t>(type));
+  w.put<uint32_t>(static_cast<uint32_t>(names.size()));
+  for (const auto& n : names) w.put_str(n);
+  w.put_str(error);
+  w.put<int32_t>(static_cast<int32_t>(dtype));
+  w.put<int32_t>(static_cast<int32_t>(op));
+  w.put<double>(prescale);
+  w.put<double>(postscale);
+  w.put<int32_t>(process_set);
+  w.put<int32_t>(root);
+  w.put<uint32_t>(static_cast<uint32_t>(shapes.size()));
+  for (const auto& s : shapes) w.put_vec(s);
+  w.put_vec(per_rank);
+  w.put_vec(ranks);
+  w.put<int32_t>(value);
+  w.put_vec(cache_ids);
+}
+
+Response Response::read(WireReader& r) {
+  Response x;
+  x.type = static_cast<OpType>(r.get<uint8_t>());
+  uint32_t n = r.get<uint32_t>();
+  for (uint32_t i = 0; i < n; ++i) x.names.push_back(r.get_str());
+  x.error = r.get_str();
+  x.dtype = static_cast<DataType>(r.get<int32_t>());
+  x.op = static_cast<ReduceOp>(r.get<int32_t>());
+  x.prescale = r.get<double>();
+  x.postscale = r.get<double>();
+  x.process_set = r.get<int32_t>();
+  x.root = r.get<int32_t>();
+  uint32_t ns = r.get<uint32_t>();
+  for (uint32_t i = 0; i < ns; ++i) x.shapes.push_back(r.get_vec<int64_t>());
+  x.per_rank = r.get_vec<int64_t>();
+  x.ranks = r.get_vec<int32_t>();
+  x.value = r.get<int32_t>();
+  x.cache_ids = r.get_vec<int32_t>();
+  return x;
+}
+
+}  // namespace hs

@@ -1,0 +1,57 @@
+// What ranks tell the coordinator (requests) and what it answers (responses).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/dtype.h"
+#include "common/wire_buffer.h"
+
+namespace hs {
+
+enum class OpType : uint8_t {
+  kAllreduce, kAllgather, kBroadcast, kAlltoall, kReducescatter, kBarrier, kJoin,
+  kAddProcessSet, kRemoveProcessSet,
+};
+const char* op_type_name(OpType t);
+
+struct RequestMeta {
+  OpType type = OpType::kAllreduce;
+  std::string name;
+  DataType dtype = DataType::kFloat32;
+  std::vector<int64_t> shape;
+  int32_t root = 0;
+  ReduceOp op = ReduceOp::kSum;
+  double prescale = 1.0, postscale = 1.0;
+  int32_t process_set = 0;
+  std::string group;          // grouped allreduce: every member carries the same key
+  int32_t group_size = 0;
+  std::vector<int64_t> splits;  // alltoall send splits (dim 0), or process-set ranks
+  int64_t num_elements() const;
+  // Fields whose equality across ranks the coordinator checks (and that key the response cache).
+  std::string signature() const;
+  void write(WireWriter& w) const;
+  static RequestMeta read(WireReader& r);
+};
+
+struct Response {
+  OpType type = OpType::kAllreduce;
+  std::vector<std::string> names;  // several => a fused allreduce
+  std::string error;               // non-empty => every listed tensor fails with it
+  DataType dtype = DataType::kFloat32;
+  ReduceOp op = ReduceOp::kSum;
+  double prescale = 1.0, postscale = 1.0;
+  int32_t process_set = 0;
+  int32_t root = 0;
+  std::vector<std::vector<int64_t>> shapes;  // per tensor (joined ranks build zero inputs from it)
+  std::vector<int64_t> per_rank;   // allgather: rank r's dim 0; alltoall: size x size splits matrix
+  std::vector<int32_t> ranks;      // process set membership, or ranks that joined
+  int32_t value = 0;               // new process set id; last joined rank
+  std::vector<int32_t> cache_ids;  // per tensor: >= 0 => ranks cache it under that id
+  bool all_cached = false;         // not sent: every part was a cache hit (compact encoding)
+  size_t tensor_bytes(size_t i) const;
+  void write(WireWriter& w) const;
+  static Response read(WireReader& r);
+};
+
+}  // namespace hs

@@ -1,0 +1,152 @@
+// The Python face of the core: one process-wide engine, raw-pointer collectives, handles.
+// No framework types cross this boundary; horovod_spark.torch / .tensorflow adapt tensors to it.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <memory>
+#include <mutex>
+
+#include "common/config.h"
+#include "common/errors.h"
+#include "engine/engine.h"
+
+namespace py = pybind11;
+using namespace hs;
+
+namespace {
+std::mutex g_mu;
+std::unique_ptr<Engine> g_engine;
+
+Engine& engine() {
+  std::lock_guard<std::mutex> l(g_mu);
+  if (!g_engine) throw std::runtime_error("horovod_spark has not been initialized; call hvd.init() first");
+  return *g_engine;
+}
+
+int create(int rank, int size) {
+  std::lock_guard<std::mutex> l(g_mu);
+  if (g_engine) throw std::runtime_error("horovod_spark is already initialized");
+  if (size < 1 || rank < 0 || rank >= size)
+    throw std::invalid_argument("invalid rank " + std::to_string(rank) + " for size " +
+                                std::to_string(size));
+  Config cfg = Config::from_env();
+  g_engine.reset(new Engine(rank, size, cfg));
+  return g_engine->listen_port();
+}
+
+void start(const std::vector<std::tuple<std::string, int, std::string>>& peers,
+           const std::string& token) {
+  Engine& e = engine();
+  std::vector<PeerAddress> addrs;
+  for (const auto& [host, port, host_id] : peers) addrs.push_back({host, port, host_id});
+  try {
+    py::gil_scoped_release nogil;
+    e.start(addrs, token);
+  } catch (...) {
+    std::lock_guard<std::mutex> l(g_mu);
+    g_engine.reset();
+    throw;
+  }
+}
+
+void shutdown() {
+  std::unique_ptr<Engine> e;
+  {
+    std::lock_guard<std::mutex> l(g_mu);
+    e = std::move(g_engine);
+  }
+  if (e) {
+    py::gil_scoped_release nogil;
+    e->shutdown();
+  }
+}
+
+int64_t enqueue(int type, const std::string& name, uintptr_t in_ptr, uintptr_t out_ptr, int dtype,
+                const std::vector<int64_t>& shape, int root, int op, double prescale,
+                double postscale, int process_set, const std::string& group, int group_size,
+                const std::vector<int64_t>& splits) {
+  if (dtype < 0 || dtype >= kNumDataTypes) throw std::invalid_argument("unknown dtype code");
+  for (int64_t d : shape)
+    if (d < 0) throw std::invalid_argument("negative dimension in shape of '" + name + "'");
+  TensorRequest req;
+  req.meta.type = static_cast<OpType>(type);
+  req.meta.name = name;
+  req.meta.dtype = static_cast<DataType>(dtype);
+  req.meta.shape = shape;
+  req.meta.root = root;
+  req.meta.op = static_cast<ReduceOp>(op);
+  req.meta.prescale = prescale;
+  req.meta.postscale = postscale;
+  req.meta.process_set = process_set;
+  req.meta.group = group;
+  req.meta.group_size = group_size;
+  req.meta.splits = splits;
+  req.in = reinterpret_cast<const void*>(in_ptr);
+  req.out = reinterpret_cast<void*>(out_ptr);
+  return engine().enqueue(std::move(req));
+}
+
+// Returns (error_kind, message, data, shape, splits, value); data is a numpy uint8 array that owns
+// the core's result buffer (moved, not copied), or None.
+py::tuple take(int64_t h) {
+  HandleError kind;
+  std::string message;
+  HandleResult r = engine().handles().take(h, &kind, &message);
+  py::object data = py::none();
+  if (r.has_data) {
+    auto* owned = new std::vector<uint8_t>(std::move(r.data));
+    py::capsule free_when_done(owned, [](void* p) { delete static_cast<std::vector<uint8_t>*>(p); });
+    data = py::array_t<uint8_t>({static_cast<py::ssize_t>(owned->size())}, {1}, owned->data(),
+                                free_when_done);
+  }
+  return py::make_tuple(static_cast<int>(kind), message, data, py::tuple(py::cast(r.shape)),
+                        py::cast(r.splits), r.value);
+}
+}  // namespace
+
+PYBIND11_MODULE(_core, m) {
+  m.doc() = "horovod_spark native collective core";
+  m.def("create", &create, "Create the engine and listen for peers; returns the port.");
+  m.def("start", &start, "Connect to every peer and start the engine thread.");
+  m.def("shutdown", &shutdown);
+  m.def("is_created", [] { std::lock_guard<std::mutex> l(g_mu); return g_engine != nullptr; });
+  m.def("rank", [] { return engine().rank(); });
+  m.def("size", [] { return engine().size(); });
+  m.def("local_rank", [] { return engine().local_rank(); });
+  m.def("local_size", [] { return engine().local_size(); });
+  m.def("enqueue", &enqueue);
+  m.def("poll", [](int64_t h) { return engine().handles().poll(h); });
+  m.def("wait", [](int64_t h, double timeout) {
+    Engine& e = engine();
+    py::gil_scoped_release nogil;
+    return e.handles().wait(h, timeout);
+  });
+  m.def("take", &take);
+  m.def("process_set_ranks", [](int32_t id) -> py::object {
+    std::vector<int32_t> ranks;
+    if (!engine().process_set_ranks(id, &ranks)) return py::none();
+    return py::cast(ranks);
+  });
+  m.def("process_set_ids", [] { return engine().process_set_ids(); });
+  m.def("start_timeline", [](const std::string& path, bool mark) { engine().timeline().start(path, mark); });
+  m.def("stop_timeline", [] { engine().timeline().stop(); });
+  m.def("config", [] {
+    Config c = Config::from_env();
+    py::dict d;
+    d["fusion_threshold"] = c.fusion_threshold;
+    d["cycle_time_ms"] = c.cycle_time_ms;
+    d["cache_capacity"] = c.cache_capacity;
+    d["stall_check_seconds"] = c.stall_check_seconds;
+    d["stall_shutdown_seconds"] = c.stall_shutdown_seconds;
+    d["stall_check_disable"] = c.stall_check_disable;
+    d["timeline_path"] = c.timeline_path;
+    d["timeline_mark_cycles"] = c.timeline_mark_cycles;
+    d["data_timeout_seconds"] = c.data_timeout_seconds;
+    d["start_timeout_seconds"] = c.start_timeout_seconds;
+    d["shm_disable"] = c.shm_disable;
+    d["shm_ring_bytes"] = c.shm_ring_bytes;
+    return d;
+  });
+  py::register_exception<TransportError>(m, "TransportError", PyExc_RuntimeError);
+}

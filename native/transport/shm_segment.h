@@ -1,0 +1,77 @@
+// The per-host shared-memory segment: one byte ring per ordered pair of local ranks for data and one
+// for control messages, plus a doorbell word per local rank. One segment per host (not per pair)
+// so a rank can sleep on a single futex that every local peer rings.
+#pragma once
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include "transport/peer_link.h"
+
+namespace hs {
+
+struct alignas(64) RingHeader {
+  std::atomic<uint64_t> head;  // bytes ever written (writer owns)
+  char pad0[56];
+  std::atomic<uint64_t> tail;  // bytes ever consumed (reader owns)
+  char pad1[56];
+};
+
+struct alignas(64) Doorbell {
+  std::atomic<uint32_t> seq;       // bumped by any peer that made progress relevant to this rank
+  std::atomic<uint32_t> sleeping;  // 1 while the owner may be in futex_wait
+  std::atomic<uint32_t> pid;       // owner's pid, for liveness checks
+  char pad[52];
+};
+
+class ShmSegment {
+ public:
+  // The creator (lowest local rank) makes and sizes the segment; others attach by name.
+  static std::unique_ptr<ShmSegment> create(const std::string& name, int local_size,
+                                            size_t data_ring_bytes, size_t ctrl_ring_bytes);
+  static std::unique_ptr<ShmSegment> attach(const std::string& name, int local_size,
+                                            size_t data_ring_bytes, size_t ctrl_ring_bytes);
+  ~ShmSegment();
+  void unlink();  // after every local rank attached: nothing is left in /dev/shm after a crash
+
+  Doorbell* doorbell(int local_rank);
+  RingHeader* ring(bool control, int from_local, int to_local);
+  uint8_t* ring_data(bool control, int from_local, int to_local);
+  size_t ring_bytes(bool control) const { return control ? ctrl_bytes_ : data_bytes_; }
+
+ private:
+  ShmSegment(const std::string& name, int local_size, size_t data_bytes, size_t ctrl_bytes);
+  size_t ring_offset(bool control, int from_local, int to_local) const;
+  size_t total_bytes() const;
+  std::string name_;
+  int local_size_;
+  size_t data_bytes_, ctrl_bytes_;
+  uint8_t* base_ = nullptr;
+  bool unlinked_ = false;
+};
+
+// Blocks the calling thread until doorbell->seq != seen or timeout_us passes.
+void doorbell_wait(Doorbell* d, uint32_t seen, int timeout_us);
+void doorbell_ring(Doorbell* d);
+
+// A PeerLink over two rings of a ShmSegment (mine→peer for sending, peer→mine for receiving).
+class ShmLink : public PeerLink {
+ public:
+  ShmLink(ShmSegment* seg, bool control, int my_local, int peer_local);
+  size_t try_send(const uint8_t* p, size_t n) override;
+  std::pair<const uint8_t*, size_t> peek() override;
+  void consume(size_t n) override;
+  size_t alignment() const override { return 64; }
+  void notify_peer() override { doorbell_ring(peer_bell_); }
+
+ private:
+  RingHeader* out_;
+  uint8_t* out_data_;
+  RingHeader* in_;
+  uint8_t* in_data_;
+  size_t cap_;
+  Doorbell* peer_bell_;
+};
+
+}  // namespace hs

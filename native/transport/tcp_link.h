@@ -1,0 +1,25 @@
+// PeerLink over a non-blocking TCP socket, for peers on other hosts. Received bytes land in a
+// staging buffer so the exchange loop can reduce them in element-aligned pieces.
+#pragma once
+#include <vector>
+#include "transport/peer_link.h"
+
+namespace hs {
+
+class TcpLink : public PeerLink {
+ public:
+  TcpLink(int fd, int peer_rank);
+  ~TcpLink() override;
+  size_t try_send(const uint8_t* p, size_t n) override;
+  std::pair<const uint8_t*, size_t> peek() override;
+  void consume(size_t n) override;
+  int poll_fd() const override { return fd_; }
+
+ private:
+  int fd_;
+  int peer_rank_;
+  std::vector<uint8_t> stage_;
+  size_t rpos_ = 0, wpos_ = 0;
+};
+
+}  // namespace hs

@@ -1,0 +1,436 @@
+#include "transport/transport.h"
+
+#include <immintrin.h>
+#include <poll.h>
+#include <sched.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <functional>
+#include <map>
+
+#include "common/errors.h"
+#include "common/reduce.h"
+#include "transport/socket_util.h"
+#include "transport/tcp_link.h"
+
+namespace hs {
+
+namespace {
+constexpr uint32_t kMagic = 0x48535031;  // "HSP1"
+enum Channel : uint32_t { kLiveness = 0, kControl = 1, kData = 2 };
+constexpr char kGoodbye = 'B';
+constexpr size_t kMaxChunk = 256 << 10;  // bounded pieces let the receiver start reducing early
+
+int64_t now_us() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+struct Hello {
+  uint32_t magic;
+  uint32_t rank;
+  uint32_t channel;
+  char token[32];
+};
+}  // namespace
+
+Transport::Transport(int rank, int size) : rank_(rank), size_(size) {
+  if (size > 1) listen_fd_ = tcp_listen(&listen_port_);
+}
+
+Transport::~Transport() { close(); }
+
+std::string Transport::describe(int peer) const {
+  if (peer < 0 || peer >= static_cast<int>(peers_.size())) return "rank " + std::to_string(peer);
+  return "rank " + std::to_string(peer) + " (" + peers_[peer].host + ")";
+}
+
+void Transport::connect(const std::vector<PeerAddress>& peers, const TransportOptions& opt) {
+  opt_ = opt;
+  peers_ = peers;
+  local_index_.assign(size_, -1);
+  live_fd_.assign(size_, -1);
+  gone_.assign(size_, 0);
+  data_.resize(size_);
+  ctrl_.resize(size_);
+  queues_.resize(size_);
+  // Local ranks are those sharing my host_id, indexed in global-rank order.
+  int idx = 0;
+  for (int r = 0; r < size_; ++r)
+    if (r == rank_ || (!opt.disable_shm && peers[r].host_id == peers[rank_].host_id))
+      local_index_[r] = idx++;
+  local_size_ = idx;
+  if (size_ == 1) return;
+
+  char token[32] = {0};
+  std::memcpy(token, opt.job_token.data(), std::min<size_t>(32, opt.job_token.size()));
+  std::vector<int> data_fd(size_, -1), ctrl_fd(size_, -1);
+  auto channels_for = [&](int peer) { return is_local(peer) ? 1 : 3; };
+
+  // Higher ranks connect to lower ones. Connects complete into the listen backlog, so doing all
+  // connects before any accept cannot deadlock.
+  for (int peer = 0; peer < rank_; ++peer) {
+    for (int ch = 0; ch < channels_for(peer); ++ch) {
+      int fd = tcp_connect(peers[peer].host, peers[peer].port, opt.connect_timeout_ms);
+      Hello h{kMagic, static_cast<uint32_t>(rank_), static_cast<uint32_t>(ch), {}};
+      std::memcpy(h.token, token, 32);
+      send_all(fd, &h, sizeof(h), opt.connect_timeout_ms, "greeting " + describe(peer));
+      (ch == kLiveness ? live_fd_ : ch == kControl ? ctrl_fd : data_fd)[peer] = fd;
+    }
+  }
+  int expected = 0;
+  for (int peer = rank_ + 1; peer < size_; ++peer) expected += channels_for(peer);
+  while (expected > 0) {
+    int fd = tcp_accept(listen_fd_, opt.connect_timeout_ms);
+    Hello h{};
+    try {
+      recv_all(fd, &h, sizeof(h), 5000, "reading a peer's greeting");
+    } catch (const TransportError&) {
+      ::close(fd);
+      continue;
+    }
+    int peer = static_cast<int>(h.rank);
+    if (h.magic != kMagic || std::memcmp(h.token, token, 32) != 0 || peer <= rank_ ||
+        peer >= size_ || h.channel > kData) {
+      ::close(fd);  // not one of ours: a stray or forged connection
+      continue;
+    }
+    int& slot = (h.channel == kLiveness ? live_fd_ : h.channel == kControl ? ctrl_fd : data_fd)[peer];
+    if (slot >= 0) { ::close(fd); continue; }
+    slot = fd;
+    --expected;
+  }
+  ::close(listen_fd_);
+  listen_fd_ = -1;
+
+  for (int peer = 0; peer < size_; ++peer) {
+    if (peer == rank_ || is_local(peer)) continue;
+    ctrl_[peer].reset(new TcpLink(ctrl_fd[peer], peer));
+    data_[peer].reset(new TcpLink(data_fd[peer], peer));
+    remote_fds_.push_back(ctrl_fd[peer]);
+    remote_fds_.push_back(data_fd[peer]);
+  }
+  if (local_size_ > 1) setup_shared_memory(peers, opt);
+}
+
+void Transport::setup_shared_memory(const std::vector<PeerAddress>& peers,
+                                    const TransportOptions& opt) {
+  std::vector<int> locals;
+  for (int r = 0; r < size_; ++r)
+    if (is_local(r)) locals.push_back(r);
+  int creator = locals.front();
+  // Rings shrink as local ranks grow so the segment stays a few hundred MiB at most.
+  size_t data_bytes = opt.shm_data_ring_bytes;
+  while (data_bytes > (64 << 10) &&
+         data_bytes * local_size_ * (local_size_ - 1) > (size_t(512) << 20))
+    data_bytes /= 2;
+  size_t ctrl_bytes = opt.shm_ctrl_ring_bytes;
+  std::string name = "/hs-" + opt.job_token.substr(0, 16) + "-" + std::to_string(creator) + "-" +
+                     std::to_string(peers[creator].port);
+  if (rank_ == creator) {
+    shm_ = ShmSegment::create(name, local_size_, data_bytes, ctrl_bytes);
+    char go = 'S';
+    for (int r : locals)
+      if (r != rank_) send_all(live_fd_[r], &go, 1, opt.connect_timeout_ms, "starting shared memory");
+    for (int r : locals) {
+      if (r == rank_) continue;
+      char ack = 0;
+      recv_all(live_fd_[r], &ack, 1, opt.connect_timeout_ms, "waiting for " + describe(r) +
+               " to attach shared memory");
+    }
+    shm_->unlink();
+  } else {
+    char go = 0;
+    recv_all(live_fd_[creator], &go, 1, opt.connect_timeout_ms, "waiting for shared memory");
+    shm_ = ShmSegment::attach(name, local_size_, data_bytes, ctrl_bytes);
+    char ack = 'A';
+    send_all(live_fd_[creator], &ack, 1, opt.connect_timeout_ms, "acknowledging shared memory");
+  }
+  int me = local_index_[rank_];
+  my_bell_ = shm_->doorbell(me);
+  my_bell_->pid.store(static_cast<uint32_t>(getpid()));
+  for (int r : locals) {
+    if (r == rank_) continue;
+    data_[r].reset(new ShmLink(shm_.get(), false, me, local_index_[r]));
+    ctrl_[r].reset(new ShmLink(shm_.get(), true, me, local_index_[r]));
+  }
+}
+
+uint32_t Transport::activity_token() const { return my_bell_->seq.load(std::memory_order_seq_cst); }
+
+void Transport::notify_self() { doorbell_ring(my_bell_); }
+
+void Transport::wait_for_activity(uint32_t token, int timeout_us) {
+  if (remote_fds_.empty()) {
+    doorbell_wait(my_bell_, token, timeout_us);
+    return;
+  }
+  // Sockets and the futex cannot be waited on together: poll the sockets in short slices and
+  // look at the doorbell between them.
+  std::vector<pollfd> fds;
+  for (int fd : remote_fds_) fds.push_back({fd, POLLIN, 0});
+  int64_t end = now_us() + timeout_us;
+  while (my_bell_->seq.load() == token) {
+    int slice = static_cast<int>(std::min<int64_t>(end - now_us(), 200));
+    if (slice <= 0) return;
+    if (poll(fds.data(), fds.size(), slice > 1000 ? slice / 1000 : 0) > 0) return;
+    doorbell_wait(my_bell_, token, slice);
+  }
+}
+
+std::vector<int> Transport::check_peers(std::vector<int>* gone) {
+  std::vector<int> dead;
+  for (int p = 0; p < size_; ++p) {
+    if (p == rank_ || gone_[p] || live_fd_[p] < 0) continue;
+    char buf[16];
+    ssize_t k = recv(live_fd_[p], buf, sizeof(buf), MSG_DONTWAIT);
+    if (k > 0) {
+      if (std::memchr(buf, kGoodbye, static_cast<size_t>(k))) {
+        gone_[p] = 1;
+        if (gone) gone->push_back(p);
+      }
+    } else if (k == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+      gone_[p] = 2;
+      dead.push_back(p);
+    }
+  }
+  return dead;
+}
+
+void Transport::wait_in_exchange(uint32_t token, const std::vector<int>& peers,
+                                 int64_t& idle_since_us, int& spins) {
+  ++spins;
+  if (spins < 256) {
+    _mm_pause();
+    return;
+  }
+  if (spins < 512) {
+    sched_yield();
+    return;
+  }
+  int64_t now = now_us();
+  if (idle_since_us == 0) idle_since_us = now;
+  std::vector<int> gone_now;
+  std::vector<int> dead = check_peers(&gone_now);
+  for (int p : peers) {
+    // A peer that left has flushed everything it sent; a short grace lets in-flight bytes land.
+    if (gone_[p] && now - idle_since_us > 500000)
+      throw TransportError(describe(p) + (gone_[p] == 2 ? " exited unexpectedly"
+                                                         : " has shut down") +
+                           " during a collective");
+  }
+  if (now - idle_since_us > static_cast<int64_t>(opt_.data_timeout_ms) * 1000) {
+    std::string who;
+    for (int p : peers) who += (who.empty() ? "" : ", ") + describe(p);
+    throw TransportError("no progress for " + std::to_string(opt_.data_timeout_ms / 1000) +
+                         " s exchanging data with " + who +
+                         " (HOROVOD_DATA_TIMEOUT_SECONDS raises the limit)");
+  }
+  wait_for_activity(token, 1000);
+}
+
+void Transport::exchange(const std::vector<SendSpec>& sends, const std::vector<RecvSpec>& recvs) {
+  struct SendState { PeerLink* link; const uint8_t* p; size_t bytes, total, off; };
+  struct RecvState { PeerLink* link; const RecvSpec* spec; size_t total, off, esize; };
+  std::vector<SendState> ss;
+  std::vector<RecvState> rs;
+  std::vector<int> peers;
+  auto link_for = [&](int peer) -> PeerLink* {
+    if (peer < 0 || peer >= size_ || peer == rank_ || !data_[peer])
+      throw CollectiveError("internal: exchange with invalid peer " + std::to_string(peer));
+    return data_[peer].get();
+  };
+  auto padded = [](size_t n, size_t a) { return (n + a - 1) / a * a; };
+  for (const auto& s : sends) {
+    PeerLink* l = link_for(s.peer);
+    if (s.bytes == 0) continue;
+    ss.push_back({l, static_cast<const uint8_t*>(s.data), s.bytes, padded(s.bytes, l->alignment()), 0});
+    peers.push_back(s.peer);
+  }
+  for (const auto& r : recvs) {
+    PeerLink* l = link_for(r.peer);
+    if (r.bytes == 0) continue;
+    size_t es = r.mode == RecvMode::kReduce ? dtype_size(r.dtype) : 1;
+    rs.push_back({l, &r, padded(r.bytes, l->alignment()), 0, es});
+    peers.push_back(r.peer);
+  }
+  size_t pending = ss.size() + rs.size();
+  int64_t idle_since = 0;
+  int spins = 0;
+  while (pending > 0) {
+    uint32_t token = activity_token();
+    bool progress = false;
+    for (auto& s : ss) {
+      if (s.off == s.total) continue;
+      bool moved = false;
+      while (s.off < s.total) {
+        size_t n = s.off < s.bytes
+                       ? s.link->try_send(s.p + s.off, std::min(s.bytes - s.off, kMaxChunk))
+                       : s.link->try_send(nullptr, s.total - s.off);  // alignment padding
+        if (n == 0) break;
+        s.off += n;
+        moved = true;
+        if (n >= kMaxChunk) break;  // let the receiver start on this piece
+      }
+      if (moved) {
+        s.link->notify_peer();
+        progress = true;
+        if (s.off == s.total) --pending;
+      }
+    }
+    for (auto& r : rs) {
+      if (r.off == r.total) continue;
+      bool moved = false;
+      const RecvSpec& spec = *r.spec;
+      while (r.off < r.total) {
+        auto span = r.link->peek();
+        if (span.second == 0) break;
+        size_t k;
+        if (r.off < spec.bytes) {
+          k = std::min(span.second, spec.bytes - r.off);
+          k -= k % r.esize;
+          if (k == 0) break;  // wait for the rest of a partial element
+          uint8_t* dst = static_cast<uint8_t*>(spec.dest) + r.off;
+          if (spec.mode == RecvMode::kCopy) {
+            std::memcpy(dst, span.first, k);
+          } else {
+            const uint8_t* local =
+                spec.local ? static_cast<const uint8_t*>(spec.local) + r.off : dst;
+            reduce_buffers(dst, local, span.first, k / r.esize, spec.dtype, spec.op);
+          }
+        } else {
+          k = std::min(span.second, r.total - r.off);
+        }
+        r.link->consume(k);
+        r.off += k;
+        moved = true;
+      }
+      if (moved) {
+        r.link->notify_peer();
+        progress = true;
+        if (r.off == r.total) --pending;
+      }
+    }
+    if (pending == 0) break;
+    if (progress) {
+      spins = 0;
+      idle_since = 0;
+      continue;
+    }
+    progress_control();  // keep control traffic flowing so peers are never starved of responses
+    wait_in_exchange(token, peers, idle_since, spins);
+  }
+}
+
+void Transport::post_control(int peer, std::string msg) {
+  if (gone_[peer]) return;  // nobody is listening any more
+  uint32_t n = static_cast<uint32_t>(msg.size());
+  std::string framed(reinterpret_cast<const char*>(&n), 4);
+  framed += msg;
+  queues_[peer].out.push_back(std::move(framed));
+}
+
+bool Transport::pop_control(int peer, std::string* msg) {
+  auto& q = queues_[peer];
+  if (q.ready.empty()) return false;
+  *msg = std::move(q.ready.front());
+  q.ready.pop_front();
+  return true;
+}
+
+bool Transport::progress_control() {
+  bool progress = false;
+  for (int p = 0; p < size_; ++p) {
+    if (p == rank_ || !ctrl_[p]) continue;
+    auto& q = queues_[p];
+    PeerLink* l = ctrl_[p].get();
+    bool sent = false;
+    while (!q.out.empty() && !gone_[p]) {
+      const std::string& m = q.out.front();
+      size_t n;
+      try {
+        n = l->try_send(reinterpret_cast<const uint8_t*>(m.data()) + q.out_off, m.size() - q.out_off);
+      } catch (const TransportError&) {
+        break;  // the liveness socket reports the peer's fate
+      }
+      if (n == 0) break;
+      q.out_off += n;
+      sent = true;
+      if (q.out_off == m.size()) { q.out.pop_front(); q.out_off = 0; }
+    }
+    bool received = false;
+    for (;;) {
+      std::pair<const uint8_t*, size_t> span;
+      try {
+        span = l->peek();
+      } catch (const TransportError&) {
+        break;
+      }
+      if (span.second == 0) break;
+      q.in.append(reinterpret_cast<const char*>(span.first), span.second);
+      l->consume(span.second);
+      received = true;
+    }
+    size_t pos = 0;
+    while (q.in.size() - pos >= 4) {
+      uint32_t n;
+      std::memcpy(&n, q.in.data() + pos, 4);
+      if (q.in.size() - pos - 4 < n) break;
+      q.ready.emplace_back(q.in, pos + 4, n);
+      pos += 4 + n;
+    }
+    if (pos) q.in.erase(0, pos);
+    if (sent || received) {
+      l->notify_peer();
+      progress = true;
+    }
+  }
+  return progress;
+}
+
+void Transport::close() {
+  if (closed_) return;
+  closed_ = true;
+  // Flush what we owe peers (bounded), then say goodbye so they know this was no crash.
+  for (int i = 0; i < 200 && size_ > 1; ++i) {
+    progress_control();
+    bool empty = true;
+    for (int p = 0; p < size_; ++p)
+      if (p != rank_ && !gone_[p] && !queues_[p].out.empty()) empty = false;
+    if (empty) break;
+    usleep(1000);
+  }
+  for (int p = 0; p < static_cast<int>(live_fd_.size()); ++p) {
+    if (live_fd_[p] < 0) continue;
+    char bye = kGoodbye;
+    ssize_t ignored = send(live_fd_[p], &bye, 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+    (void)ignored;
+    ::close(live_fd_[p]);
+    live_fd_[p] = -1;
+  }
+  data_.clear();
+  ctrl_.clear();
+  my_bell_ = &private_bell_;
+  shm_.reset();
+  if (listen_fd_ >= 0) ::close(listen_fd_);
+  listen_fd_ = -1;
+}
+
+PeerGroup::PeerGroup(Transport* t, std::vector<int> ranks) : t_(t), ranks_(std::move(ranks)) {
+  for (size_t i = 0; i < ranks_.size(); ++i)
+    if (ranks_[i] == t->rank()) my_index_ = static_cast<int>(i);
+}
+
+void PeerGroup::exchange(const std::vector<SendSpec>& sends, const std::vector<RecvSpec>& recvs) {
+  std::vector<SendSpec> s = sends;
+  std::vector<RecvSpec> r = recvs;
+  for (auto& x : s) x.peer = ranks_.at(x.peer);
+  for (auto& x : r) x.peer = ranks_.at(x.peer);
+  t_->exchange(s, r);
+}
+
+}  // namespace hs

@@ -1,0 +1,112 @@
+// The mesh of links between this rank and every other: shared memory for peers on this host, TCP
+// for the rest, plus one TCP "liveness" socket per peer whose EOF (without a goodbye byte) is how a
+// crashed peer is noticed. Collectives reach it through exchange(); the engine through the control
+// channel (framed messages, never blocking the caller).
+#pragma once
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "transport/group.h"
+#include "transport/peer_link.h"
+#include "transport/shm_segment.h"
+
+namespace hs {
+
+struct PeerAddress {
+  std::string host;     // address other ranks connect to
+  int port = 0;
+  std::string host_id;  // equal host_id => same machine => shared memory
+};
+
+struct TransportOptions {
+  std::string job_token;          // shared secret-derived token; stray connections are refused
+  int connect_timeout_ms = 120000;
+  int data_timeout_ms = 600000;   // an exchange that makes no progress this long fails
+  size_t shm_data_ring_bytes = 4 << 20;
+  size_t shm_ctrl_ring_bytes = 1 << 20;
+  bool disable_shm = false;       // HOROVOD_SHM_DISABLE=1: force TCP between local ranks
+};
+
+class Transport {
+ public:
+  Transport(int rank, int size);
+  ~Transport();
+  int listen_port() const { return listen_port_; }
+  // Connects to every peer (blocking, bounded by connect_timeout_ms).
+  void connect(const std::vector<PeerAddress>& peers, const TransportOptions& opt);
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  bool is_local(int peer) const { return local_index_[peer] >= 0; }
+  int local_rank() const { return local_index_[rank_]; }
+  int local_size() const { return local_size_; }
+
+  // Point-to-point transfers between global ranks (see Group::exchange).
+  void exchange(const std::vector<SendSpec>& sends, const std::vector<RecvSpec>& recvs);
+
+  // Control messages: queued and flushed by progress_control(); never block.
+  void post_control(int peer, std::string msg);
+  bool pop_control(int peer, std::string* msg);
+  bool progress_control();
+
+  // Sleep until a peer or a local thread signals activity, or timeout. Read the token first,
+  // then look for work, then wait with it: a signal in between is never lost.
+  uint32_t activity_token() const;
+  void wait_for_activity(uint32_t token, int timeout_us);
+  void notify_self();
+
+  // Reads goodbye bytes and EOFs from the liveness sockets. Returns ranks newly found dead
+  // (closed without goodbye) and adds ranks that said goodbye to *gone.
+  std::vector<int> check_peers(std::vector<int>* gone);
+  bool peer_gone(int peer) const { return gone_[peer] != 0; }
+  std::string describe(int peer) const;
+
+  // Sends goodbye to every peer and closes everything.
+  void close();
+
+ private:
+  struct ControlQueue {
+    std::deque<std::string> out;
+    size_t out_off = 0;
+    std::string in;
+    std::deque<std::string> ready;
+  };
+  void setup_shared_memory(const std::vector<PeerAddress>& peers, const TransportOptions& opt);
+  void wait_in_exchange(uint32_t token, const std::vector<int>& peers, int64_t& idle_since_us,
+                        int& spins);
+
+  int rank_, size_;
+  int listen_fd_ = -1, listen_port_ = 0;
+  std::vector<PeerAddress> peers_;
+  std::vector<int> local_index_;
+  int local_size_ = 1;
+  std::vector<int> live_fd_;    // liveness socket per peer
+  std::vector<char> gone_;      // 1 = said goodbye, 2 = died
+  std::vector<std::unique_ptr<PeerLink>> data_, ctrl_;
+  std::vector<ControlQueue> queues_;
+  std::unique_ptr<ShmSegment> shm_;
+  Doorbell private_bell_{};
+  Doorbell* my_bell_ = &private_bell_;
+  std::vector<int> remote_fds_;
+  TransportOptions opt_;
+  bool closed_ = false;
+};
+
+// A Group over a subset of the transport's ranks (the global set or a process set).
+class PeerGroup : public Group {
+ public:
+  PeerGroup(Transport* t, std::vector<int> ranks);
+  int rank() const override { return my_index_; }
+  int size() const override { return static_cast<int>(ranks_.size()); }
+  int global_rank(int index) const override { return ranks_[index]; }
+  void exchange(const std::vector<SendSpec>& sends, const std::vector<RecvSpec>& recvs) override;
+
+ private:
+  Transport* t_;
+  std::vector<int> ranks_;
+  int my_index_ = -1;
+};
+
+}  // namespace hs
