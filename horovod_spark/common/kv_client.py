@@ -115,7 +115,7 @@ class KVClient:
                 try:
                     reply = self._roundtrip(payload, reply_timeout)
                     break
-                except TimeoutError:
+                except (TimeoutError, socket.timeout):  # distinct types before Python 3.10
                     # The server may still be working on it; retrying could duplicate the request.
                     self._drop()
                     raise TimeoutError("no reply from the KV service at %s:%d to %r within %.1f s"

@@ -77,6 +77,7 @@ class KVStoreServer:
         self._wake_w: Optional[socket.socket] = None
         self._accept_thread: Optional[threading.Thread] = None
         self._conns: Dict[socket.socket, threading.Thread] = {}
+        self._busy: set = set()  # connections between reading a request and sending its reply
         self._conns_lock = threading.Lock()
 
         self.handlers: Dict[str, Callable[..., Any]] = {}
@@ -133,11 +134,17 @@ class KVStoreServer:
             self._accept_thread.join(timeout)
         with self._conns_lock:
             conns = list(self._conns.items())
+            busy = set(self._busy)
+        # Idle connections are cut at once; requests in flight (a get just released by the
+        # notify above) get a moment to send their "stopped" reply, so clients see why.
         for sock, _ in conns:
-            try:
-                sock.shutdown(socket.SHUT_RDWR)  # wakes a thread blocked in recv on it
-            except OSError:
-                pass
+            if sock not in busy:
+                self._shutdown_socket(sock)
+        grace_end = time.monotonic() + min(1.0, timeout)
+        for sock, thread in conns:
+            if sock in busy:
+                thread.join(max(0.0, grace_end - time.monotonic()))
+                self._shutdown_socket(sock)
         for _, thread in conns:
             thread.join(max(0.0, deadline - time.monotonic()))
         stuck = [t.name for _, t in conns if t.is_alive()]
@@ -147,6 +154,13 @@ class KVStoreServer:
         for s in (self._listener, self._wake_r, self._wake_w):
             if s is not None:
                 s.close()
+
+    @staticmethod
+    def _shutdown_socket(sock: socket.socket) -> None:
+        try:
+            sock.shutdown(socket.SHUT_RDWR)  # wakes a thread blocked in recv on it
+        except OSError:
+            pass
 
     def __enter__(self):
         if self._listener is None:
@@ -199,7 +213,7 @@ class KVStoreServer:
                 try:
                     if not conn.recv(1, socket.MSG_PEEK):
                         return  # clean close between requests
-                except TimeoutError:
+                except (TimeoutError, socket.timeout):  # distinct types before Python 3.10
                     log.debug("KV service: closing idle connection from %s", who)
                     return
                 except OSError:
@@ -209,7 +223,7 @@ class KVStoreServer:
                 except wire.AuthenticationError as exc:
                     log.warning("KV service: rejected connection from %s: %s", who, exc)
                     return
-                except TimeoutError:
+                except (TimeoutError, socket.timeout):  # distinct types before Python 3.10
                     log.warning("KV service: dropped connection from %s: request frame incomplete after %.0f s",
                                 who, self.read_timeout)
                     return
@@ -217,18 +231,24 @@ class KVStoreServer:
                     if not self._stopping:
                         log.info("KV service: connection from %s lost: %s", who, exc)
                     return
-                reply = self._dispatch(payload, who)
+                with self._conns_lock:
+                    self._busy.add(conn)
                 try:
+                    reply = self._dispatch(payload, who)
                     wire.send_frame(conn, self._key, reply, self.read_timeout)
                 except OSError as exc:
                     if not self._stopping:
                         log.info("KV service: could not reply to %s: %s", who, exc)
                     return
+                finally:
+                    with self._conns_lock:
+                        self._busy.discard(conn)
         except Exception:
             log.exception("KV service: unexpected failure serving %s", who)
         finally:
             with self._conns_lock:
                 self._conns.pop(conn, None)
+                self._busy.discard(conn)
             conn.close()
 
     def _dispatch(self, payload: bytes, who: str) -> bytes:

@@ -165,8 +165,8 @@ class _OutputPump(threading.Thread):
             try:
                 sink.write("".join(prefix + t + "\n" for t in texts))
                 sink.flush()
-            except (OSError, ValueError):
-                pass  # our own stdout went away; keep draining so ranks never block on a full pipe
+            except Exception:
+                pass  # our own stdout is gone or broken; keep draining so ranks never block on a full pipe
 
     def stop(self, drain_timeout: float) -> None:
         """Read until every pipe hit EOF or ``drain_timeout`` passed, then close them all."""

@@ -153,9 +153,9 @@ def run(fn: Callable, args=(), kwargs: Optional[dict] = None, num_proc: Optional
         return results
     finally:
         if not ok:
-            service.abort("run() on the driver is stopping the job")
             if not job.done:
                 job.cancel()
+            service.abort("run() on the driver is stopping the job")
             with service.condition:
                 registered = sorted(service.registrations)
             stuck = service.wait_exited(registered, _EXIT_CONFIRM_S)
@@ -220,9 +220,11 @@ def _spark_message(error) -> str:
 def _rank_failure(service: DriverService, job: BarrierJob) -> RankFailedError:
     # Peers of a failed rank fail a moment later ("peer lost"); stop them before reading the list,
     # and give the first failure the headline.
-    service.abort("another rank failed")
+    # Cancel before aborting: the DAGScheduler then fails the job before any aborted task can
+    # return, so Spark never records a "successful" job or retries the stage.
     if not job.done:
         job.cancel()
+    service.abort("another rank failed")
     with service.condition:
         failures = list(service.failures)
     first = failures[0]
@@ -233,7 +235,6 @@ def _rank_failure(service: DriverService, job: BarrierJob) -> RankFailedError:
 
 def _start_timeout_error(service: DriverService, job: BarrierJob, start_timeout: float) -> StartTimeoutError:
     missing = service.missing_partitions()
-    service.abort("start timeout")
     launched = job.launched_tasks()
     if launched == 0:
         why = ("Spark never started the barrier stage's tasks: it needs %d free task slots at once "
@@ -245,6 +246,7 @@ def _start_timeout_error(service: DriverService, job: BarrierJob, start_timeout:
                "horovod_spark is installed on them (executor logs)" % (launched, service.num_proc))
     if not job.done:
         job.cancel()
+    service.abort("start timeout")
     return StartTimeoutError(
         "start_timeout (%.0f s) expired: ranks/partitions %s never registered with the driver; %s. "
         "Raise start_timeout (or HOROVOD_SPARK_START_TIMEOUT) if the cluster is just slow."

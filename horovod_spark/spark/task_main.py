@@ -59,7 +59,9 @@ def main(workdir: str) -> int:
     try:
         result = fn(*args, **kwargs)
     except BaseException as exc:  # SystemExit and KeyboardInterrupt in fn are failures too
-        _report_error(workdir, exc, traceback.format_exc(), "")
+        # Start the traceback at fn: this file's frame is noise to the user.
+        tb_text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__.tb_next))
+        _report_error(workdir, exc, tb_text, "")
         return 1
     try:
         data = cloudpickle.dumps(result)

@@ -6,7 +6,6 @@ is itself a collective that every rank of the process set must reach in the same
 import torch
 from torch.autograd import Function
 
-from horovod_spark.common import basics as _basics
 from horovod_spark.torch import _data_ops
 from horovod_spark.torch import _reduce_ops
 from horovod_spark.torch._handles import synchronize
@@ -92,7 +91,7 @@ class HorovodBroadcast(Function):
     @staticmethod
     def backward(ctx, grad_output):
         grad = HorovodAllreduce.apply(grad_output, None, _reduce_ops.Average, 1.0, 1.0, ctx.process_set)
-        if _basics.rank() != ctx.root_rank:
+        if ctx.process_set.rank() != ctx.root_rank:
             grad = torch.zeros_like(grad)
         return grad, None, None, None
 

@@ -104,7 +104,8 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
     out_dtype, device = tensor.dtype, tensor.device
 
     def finish(results):
-        raw, shape, received = results[0]
+        raw, shape, *rest = results[0]
+        received = rest[0] if rest else []
         output = _buffers.from_core(raw, shape, out_dtype, device)
         return output, torch.as_tensor([int(s) for s in received], dtype=splits_dtype)
 

@@ -10,6 +10,7 @@ import itertools
 import threading
 
 from horovod_spark.common import ops as _core
+from horovod_spark.common.process_sets import process_set_id_of as _process_set_id_of
 
 _Pending = collections.namedtuple("_Pending", ["core_handles", "keep_alive", "finish"])
 
@@ -40,12 +41,8 @@ def op_name(op_type, name):
 
 
 def process_set_id(process_set):
-    """The core id of ``process_set``; a clear error when it was never registered."""
-    ps_id = getattr(process_set, "process_set_id", None)
-    if ps_id is None:
-        raise ValueError("process set %r is not registered: pass it to hvd.init(process_sets=...) or "
-                         "hvd.add_process_set() first" % (process_set,))
-    return ps_id
+    """The core id of ``process_set`` (a clear ValueError when it was never registered)."""
+    return _process_set_id_of(process_set)
 
 
 def register(core_handles, keep_alive, finish):

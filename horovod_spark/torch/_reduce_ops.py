@@ -3,7 +3,6 @@
 Signatures, defaults and return values follow horovod.torch 0.28; every function returns a handle
 for ``poll``/``synchronize``.
 """
-import collections
 import warnings
 
 import torch
@@ -77,10 +76,6 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
     return _launch_allreduce(tensor, True, name, op, prescale_factor, postscale_factor, process_set)
 
 
-def _as_core_handles(returned):
-    return [returned] if isinstance(returned, int) else list(returned)
-
-
 def _launch_grouped_allreduce(tensors, inplace, name, op, prescale_factor, postscale_factor, process_set):
     tensors = list(tensors)
     if not tensors:
@@ -91,17 +86,10 @@ def _launch_grouped_allreduce(tensors, inplace, name, op, prescale_factor, posts
     base = _handles.op_name("grouped_allreduce", name)
     count = len(tensors)
     ps_id = _handles.process_set_id(process_set)
-    code = core_op(op)
-    # The core fuses one dtype per group; a mixed list becomes one group per dtype, each atomic.
-    by_dtype = collections.OrderedDict()
-    for i, dtype in enumerate(dtypes):
-        by_dtype.setdefault(dtype, []).append(i)
-    core_handles = []
-    for dtype, idx in by_dtype.items():
-        core_handles += _as_core_handles(_core.grouped_allreduce_async(
-            ["%s.%dof%d" % (base, i, count) for i in idx], [srcs[i].data_ptr() for i in idx],
-            [outs[i].data_ptr() for i in idx], dtype, [tuple(srcs[i].shape) for i in idx], code,
-            float(prescale_factor), float(postscale_factor), ps_id))
+    core_handles = _core.grouped_allreduce_async(
+        ["%s.%dof%d" % (base, i, count) for i in range(count)], [s.data_ptr() for s in srcs],
+        [o.data_ptr() for o in outs], dtypes, [tuple(s.shape) for s in srcs], core_op(op),
+        float(prescale_factor), float(postscale_factor), ps_id)
 
     def finish(_results):
         if not inplace:

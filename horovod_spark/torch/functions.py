@@ -13,8 +13,8 @@ def broadcast_parameters(params, root_rank, process_set=global_process_set):
     iterable) of tensors or ``(name, tensor)`` pairs such as ``model.named_parameters()``.
     """
     if isinstance(params, dict):
-        items = sorted(params.items())
-    elif isinstance(params, (list, tuple)) or hasattr(params, "__iter__"):
+        items = sorted(params.items(), key=lambda item: item[0])
+    elif hasattr(params, "__iter__") and not isinstance(params, (str, bytes)):
         items = [p if isinstance(p, tuple) else (None, p) for p in params]
     else:
         raise ValueError("invalid params of type: %s" % type(params))

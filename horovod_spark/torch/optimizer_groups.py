@@ -43,8 +43,7 @@ def form_groups(params, groups, names, process_set):
     """
     if isinstance(groups, int):
         if process_set.size() > 1:
-            order = broadcast_object([names[p] for p in params], root_rank=process_set.ranks[0]
-                                     if getattr(process_set, "ranks", None) else 0,
+            order = broadcast_object([names[p] for p in params], root_rank=0,
                                      name="DistributedOptimizer.parameter_order", process_set=process_set)
             position = {name: i for i, name in enumerate(order)}
             params = sorted(params, key=lambda p: position[names[p]])

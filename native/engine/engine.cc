@@ -288,7 +288,8 @@ void Engine::check_health(bool coordinator) {
                      " has shut down");
 }
 
-void Engine::finish(const std::string& key, HandleResult result) {
+void Engine::finish(const std::string& key_ref, HandleResult result) {
+  const std::string key = key_ref;  // key_ref may live inside the entry erased below
   auto it = entries_.find(key);
   if (it == entries_.end()) return;
   if (timeline_.active()) timeline_.end(it->second.meta.name);
@@ -298,7 +299,8 @@ void Engine::finish(const std::string& key, HandleResult result) {
   inflight_.erase(key);
 }
 
-void Engine::fail_entry(const std::string& key, HandleError kind, const std::string& msg) {
+void Engine::fail_entry(const std::string& key_ref, HandleError kind, const std::string& msg) {
+  const std::string key = key_ref;  // key_ref may live inside the entry erased below
   auto it = entries_.find(key);
   if (it == entries_.end()) return;
   handles_.fail(it->second.handle, kind, msg);

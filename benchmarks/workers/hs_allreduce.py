@@ -1,0 +1,103 @@
+"""horovod_spark allreduce worker: ``horovod-spark-run -np N python hs_allreduce.py --sizes ...``.
+
+Uses the public ``horovod_spark.torch`` API the way a training script does: in-place
+``allreduce_`` with a stable name per tensor (so steady-state steps can hit the response cache,
+as DistributedOptimizer's per-parameter names do).
+"""
+import itertools
+import sys
+
+import numpy as np
+
+import _timing
+
+try:
+    import torch
+    import horovod_spark.torch as hvd
+except ImportError as exc:
+    sys.exit("horovod_spark worker: cannot import horovod_spark.torch (%s); is the native core built?" % exc)
+
+GRAD_COUNT = 256
+GRAD_BYTES = 16 << 10
+
+
+class Adapter:
+    def __init__(self):
+        self.rank = hvd.rank()
+        self.size = hvd.size()
+        self._max_ids = itertools.count()
+
+    def alloc(self, count):
+        return torch.zeros(count, dtype=torch.float32)
+
+    def fill(self, buf, value):
+        buf.fill_(value)
+
+    def ends(self, buf):
+        return [float(buf[0]), float(buf[-1])]
+
+    def allreduce(self, buf, nbytes):
+        hvd.allreduce_(buf, op=hvd.Sum, name="bench.%d" % nbytes)
+
+    def barrier(self):
+        hvd.barrier()
+
+    def max_across(self, arr):
+        t = torch.from_numpy(np.ascontiguousarray(arr, dtype=np.float64).copy())
+        return hvd.allreduce(t, op=hvd.Max, name="bench.max.%d" % next(self._max_ids)).numpy()
+
+
+def bench_grouped(adapter, quick):
+    """One DistributedOptimizer-like step (many small async allreduces) vs one big allreduce."""
+    grads = [torch.zeros(GRAD_BYTES // 4, dtype=torch.float32) for _ in range(GRAD_COUNT)]
+    big = torch.zeros(GRAD_COUNT * GRAD_BYTES // 4, dtype=torch.float32)
+    total = GRAD_COUNT * GRAD_BYTES
+
+    def one_big():
+        hvd.allreduce_(big, op=hvd.Sum, name="bench.big")
+
+    def many_async():
+        handles = [hvd.allreduce_async_(g, op=hvd.Sum, name="bench.grad.%d" % i) for i, g in enumerate(grads)]
+        for h in handles:
+            hvd.synchronize(h)
+
+    def grouped():
+        hvd.grouped_allreduce_(grads, op=hvd.Sum, name="bench.grouped")
+
+    variants = [("one_big", one_big), ("async_many", many_async), ("grouped_many", grouped)]
+    for variant, step in variants:
+        for t in grads + [big]:
+            t.fill_(1.0)
+        step()
+        touched = [big] if variant == "one_big" else grads
+        bad = [float(t[0]) for t in touched if abs(float(t[0]) - adapter.size) > 1e-6 or
+               abs(float(t[-1]) - adapter.size) > 1e-6]
+        if bad:
+            raise RuntimeError("%s step gave %r, expected %d" % (variant, bad[:3], adapter.size))
+        for t in grads + [big]:
+            t.zero_()
+        times, est = _timing.time_op(step, total, quick, adapter.max_across, adapter.barrier)
+        if adapter.rank == 0:
+            rec = {"kind": "grouped", "system": "horovod_spark", "np": adapter.size, "variant": variant,
+                   "bytes": total, "tensors": 1 if variant == "one_big" else GRAD_COUNT,
+                   "tensor_bytes": total if variant == "one_big" else GRAD_BYTES, "warmup_est_s": est}
+            rec.update(_timing.summarize(times))
+            _timing.emit(rec)
+
+
+def main():
+    args = _timing.parse_args()
+    hvd.init()
+    adapter = Adapter()
+    try:
+        _timing.bench_sizes(adapter, "horovod_spark", [int(s) for s in args.sizes.split(",")], args.quick)
+        if args.grouped:
+            bench_grouped(adapter, args.quick)
+    except Exception as exc:
+        _timing.report_failure("horovod_spark", adapter.rank, exc)
+        raise
+    hvd.shutdown()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,79 @@
+// Allreduce. Thresholds live in tuning.h (kDirectReduceBytes, kBidirectionalRingBytes) because
+// reducescatter must switch at exactly the same sizes.
+//
+// Small: every rank sends its whole buffer to every peer in one exchange and reduces the n
+// buffers locally in rank order: one round of latency, identical bits everywhere because every
+// rank folds the same inputs in the same order.
+// Large: ring reduce-scatter (reductions stream out of the transport with RecvMode::kReduce,
+// reading unreduced data straight from `in`, so out-of-place needs no copy of the input) then a
+// ring allgather that copies each owner's reduced segment verbatim to everyone.
+#include <cstring>
+#include <vector>
+
+#include "collectives/checks.h"
+#include "collectives/collectives.h"
+#include "collectives/partition.h"
+#include "collectives/rank_order.h"
+#include "collectives/ring.h"
+#include "collectives/scratch.h"
+#include "collectives/tuning.h"
+
+namespace hs {
+namespace {
+
+void allreduce_direct(Group& g, const void* in, void* out, size_t count, DataType dtype,
+                      ReduceOp op) {
+  const int n = g.size(), r = g.rank();
+  const size_t bytes = count * dtype_size(dtype), slot = align_up(bytes);
+  ScratchLease scratch(slot * size_t(n));
+  std::vector<SendSpec> sends;
+  std::vector<RecvSpec> recvs;
+  std::vector<const void*> srcs(size_t(n), in);
+  for (int p = 0; p < n; ++p) {
+    if (p == r) continue;
+    char* dest = scratch.data() + slot * size_t(p);
+    sends.push_back(SendSpec{p, in, bytes});
+    RecvSpec rs;
+    rs.peer = p;
+    rs.dest = dest;
+    rs.bytes = bytes;
+    recvs.push_back(rs);
+    srcs[size_t(p)] = dest;
+  }
+  g.exchange(sends, recvs);
+  reduce_in_rank_order(out, srcs, count, dtype, op);
+}
+
+void allreduce_ring(Group& g, const void* in, void* out, size_t count, DataType dtype,
+                    ReduceOp op) {
+  const size_t es = dtype_size(dtype);
+  const auto lanes = make_lanes(even_partition(count, g.size()), g.size(),
+                                count * es >= tuning::kBidirectionalRingBytes);
+  char* base = static_cast<char*>(out);
+  ring_reduce_scatter(g, lanes, static_cast<const char*>(in), dtype, op,
+                      [&](size_t l, int owner) { return base + lanes[l].seg[size_t(owner)].offset * es; });
+  ring_allgather(g, lanes, base, es);
+}
+
+}  // namespace
+
+void allreduce(Group& g, const void* in, void* out, size_t count, DataType dtype, ReduceOp op) {
+  check_group(g, "allreduce");
+  check_dtype(dtype, "allreduce");
+  check_reduce_op(op, "allreduce");
+  const size_t bytes = count * dtype_size(dtype);
+  check_buffer(in, bytes, "allreduce", "input");
+  check_buffer(out, bytes, "allreduce", "output");
+  if (count == 0) return;
+  if (g.size() == 1) {
+    if (in != out) std::memcpy(out, in, bytes);
+    return;
+  }
+  if (bytes <= tuning::kDirectReduceBytes) {
+    allreduce_direct(g, in, out, count, dtype, op);
+  } else {
+    allreduce_ring(g, in, out, count, dtype, op);
+  }
+}
+
+}  // namespace hs

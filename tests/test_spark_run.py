@@ -1,0 +1,372 @@
+"""horovod_spark.run on one local[4] SparkSession: results, environment, failures, timeouts, logs,
+service authentication, argument checks."""
+import io
+import os
+import pickle
+import re
+import socket
+import sys
+import threading
+import time
+
+import cloudpickle
+import pytest
+
+import horovod_spark
+from horovod_spark.common import wire
+from horovod_spark.common.kv_client import KVClient
+from horovod_spark.spark import HorovodSparkError, RankFailedError, StartTimeoutError
+from horovod_spark.spark.driver_service import DriverService
+
+pyspark = pytest.importorskip("pyspark")
+
+pytestmark = pytest.mark.timeout(120)
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(horovod_spark.__file__)))
+SLOTS = 4
+
+# Functions below travel by value, like a notebook's: the executors need not import this module.
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+@pytest.fixture(scope="module")
+def spark():
+    from pyspark.sql import SparkSession
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    session = (SparkSession.builder.master("local[%d]" % SLOTS).appName("test_spark_run")
+               .config("spark.ui.enabled", "false")
+               .config("spark.executorEnv.PYTHONPATH", REPO_ROOT)
+               .getOrCreate())
+    session.sparkContext.setLogLevel("FATAL")
+    yield session
+    session.stop()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[-1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+
+
+def _our_threads():
+    return [t.name for t in threading.enumerate() if t.name.startswith(("kv-", "hs-"))]
+
+
+# -- rank functions ---------------------------------------------------------------------------
+
+def _rank_times(scale):
+    rank = int(os.environ["HOROVOD_RANK"])
+    time.sleep(0.3 * (int(os.environ["HOROVOD_SIZE"]) - rank))  # finish in reverse rank order
+    return {"rank": rank, "value": rank * scale}
+
+
+def _rank_env():
+    keys = ["HOROVOD_RANK", "HOROVOD_SIZE", "HOROVOD_LOCAL_RANK", "HOROVOD_LOCAL_SIZE",
+            "HOROVOD_CROSS_RANK", "HOROVOD_CROSS_SIZE", "HOROVOD_HOSTNAME", "HOROVOD_RUN_SCOPE",
+            "HOROVOD_RENDEZVOUS_ADDR", "HOROVOD_RENDEZVOUS_PORT", "MY_SETTING", "CUDA_VISIBLE_DEVICES"]
+    env = {k: os.environ.get(k) for k in keys}
+    # The rendezvous variables must name the live, authenticated KV service of this job.
+    client = KVClient.from_env()
+    scope = os.environ["HOROVOD_RUN_SCOPE"]
+    client.put(scope, "r%s" % env["HOROVOD_RANK"], env["HOROVOD_RANK"].encode())
+    size = int(env["HOROVOD_SIZE"])
+    seen = client.get_many(scope, ["r%d" % r for r in range(size)], timeout=30)
+    env["kv_seen"] = sorted(int(v) for v in seen.values())
+    env["hostname"] = socket.gethostname()
+    env["pid"] = os.getpid()
+    env["ppid"] = os.getppid()
+    client.close()
+    return env
+
+
+def _fail_one(pid_dir, bad_rank):
+    rank = int(os.environ["HOROVOD_RANK"])
+    with open(os.path.join(pid_dir, "%d.pid" % rank), "w") as f:
+        f.write("%d %s" % (os.getpid(), os.environ["HOROVOD_RENDEZVOUS_PORT"]))
+    if rank == bad_rank:
+        time.sleep(0.5)
+        raise ValueError("boom on purpose")
+    time.sleep(120)  # a peer blocked forever, as if in a collective with the failed rank
+
+
+def _print_lines(flag_path):
+    rank = int(os.environ["HOROVOD_RANK"])
+    print("first line of rank %d" % rank, flush=True)
+    print("to stderr from %d" % rank, file=sys.stderr, flush=True)
+    sys.stdout.write("partial ")
+    sys.stdout.flush()
+    deadline = time.monotonic() + 30
+    while not os.path.exists(flag_path):  # the driver saw our first line while we run
+        if time.monotonic() > deadline:
+            raise TimeoutError("the driver never saw the first line")
+        time.sleep(0.05)
+    sys.stdout.write("line joined\nno newline at the end")
+    return rank
+
+
+def _leave_grandchild(pid_dir):
+    import subprocess
+    child = subprocess.Popen(["sleep", "300"])
+    with open(os.path.join(pid_dir, "%s.pid" % os.environ["HOROVOD_RANK"]), "w") as f:
+        f.write(str(child.pid))
+    return child.pid
+
+
+def _forge_then_work():
+    """Rank 0 attacks its own driver service with forged frames, then checks it still works."""
+    addr, port = os.environ["HOROVOD_RENDEZVOUS_ADDR"], int(os.environ["HOROVOD_RENDEZVOUS_PORT"])
+    outcome = {}
+    if os.environ["HOROVOD_RANK"] == "0":
+        with socket.create_connection((addr, port), timeout=10) as s:
+            wire.send_frame(s, b"not the secret", wire.encode_message(("failed", 1, "X", "forged", "")))
+            s.settimeout(10)
+            outcome["forged_reply"] = s.recv(1)  # b"": the service hung up without answering
+    client = KVClient.from_env()
+    client.put(os.environ["HOROVOD_RUN_SCOPE"], "ok", b"1")
+    client.close()
+    return outcome
+
+
+# -- tests ------------------------------------------------------------------------------------
+
+def test_results_ordered_by_rank(spark):
+    for num_proc in (2, SLOTS):
+        results = horovod_spark.run(_rank_times, args=(10,), num_proc=num_proc, verbose=0)
+        assert results == [{"rank": r, "value": 10 * r} for r in range(num_proc)]
+
+
+def test_num_proc_defaults_to_default_parallelism(spark):
+    assert spark.sparkContext.defaultParallelism == SLOTS
+    assert horovod_spark.run(lambda: int(os.environ["HOROVOD_SIZE"]), verbose=0) == [SLOTS] * SLOTS
+
+
+def test_environment_inside_fn(spark):
+    results = horovod_spark.run(_rank_env, num_proc=SLOTS, env={"MY_SETTING": 42}, verbose=0)
+    host = socket.gethostname()
+    scopes = {r["HOROVOD_RUN_SCOPE"] for r in results}
+    assert len(scopes) == 1
+    for rank, env in enumerate(results):
+        assert env["HOROVOD_RANK"] == str(rank)
+        assert env["HOROVOD_SIZE"] == str(SLOTS)
+        # One host: every rank is local to every other, ordered by rank.
+        assert env["HOROVOD_LOCAL_RANK"] == str(rank)
+        assert env["HOROVOD_LOCAL_SIZE"] == str(SLOTS)
+        assert env["HOROVOD_CROSS_RANK"] == "0"
+        assert env["HOROVOD_CROSS_SIZE"] == "1"
+        assert env["HOROVOD_HOSTNAME"] == env["hostname"] == host
+        assert env["HOROVOD_RENDEZVOUS_ADDR"] == spark.sparkContext.getConf().get("spark.driver.host")
+        assert env["MY_SETTING"] == "42"
+        assert env["CUDA_VISIBLE_DEVICES"] is None  # no GPUs scheduled: device choice by local_rank
+        assert env["kv_seen"] == list(range(SLOTS))
+        # fn runs in a child of the Python worker, not in the worker itself.
+        assert env["ppid"] != os.getpid() and env["pid"] != env["ppid"]
+    assert len({env["pid"] for env in results}) == SLOTS
+
+
+def test_exception_on_one_rank_fails_fast_and_cleans_up(spark, tmp_path):
+    tracker = spark.sparkContext.statusTracker()
+    start = time.monotonic()
+    with pytest.raises(RankFailedError) as info:
+        horovod_spark.run(_fail_one, args=(str(tmp_path), 2), num_proc=SLOTS, verbose=0)
+    elapsed = time.monotonic() - start
+    assert elapsed < 15, "took %.1f s" % elapsed
+    exc = info.value
+    assert exc.rank == 2 and exc.exc_type == "ValueError"
+    assert "boom on purpose" in str(exc)
+    assert 'raise ValueError("boom on purpose")' in exc.remote_traceback
+    assert "_fail_one" in exc.remote_traceback
+    # The job group was cancelled: its job is over and did not succeed.
+    job_ids = tracker.getJobIdsForGroup(exc.job_group)
+    assert job_ids
+    for job_id in job_ids:
+        assert tracker.getJobInfo(job_id).status in ("FAILED", "UNKNOWN")
+    assert not set(job_ids) & set(tracker.getActiveJobsIds())
+    # Nothing outlives the call: rank processes, the service's port, our driver threads.
+    records = [p.read_text().split() for p in sorted(tmp_path.glob("*.pid"))]
+    assert len(records) == SLOTS
+    pids = [int(pid) for pid, _ in records]
+    assert [p for p in pids if _alive(p)] == []
+    port = int(records[0][1])
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()
+    assert _our_threads() == []
+
+
+def test_not_enough_slots_fails_at_once(spark):
+    tracker = spark.sparkContext.statusTracker()
+    before = set(tracker.getJobIdsForGroup(None))
+    start = time.monotonic()
+    with pytest.raises(HorovodSparkError) as info:
+        horovod_spark.run(lambda: 0, num_proc=SLOTS + 1, verbose=0)
+    assert time.monotonic() - start < 2
+    text = str(info.value)
+    assert "num_proc=%d" % (SLOTS + 1) in text and "has %d" % SLOTS in text
+    assert "local[%d]" % (SLOTS + 1) in text  # how to fix it
+    assert set(tracker.getJobIdsForGroup(None)) == before  # no job was submitted
+
+
+def test_start_timeout_names_ranks_that_never_started(spark, tmp_path):
+    sc = spark.sparkContext
+    # Honest scenario: another job holds one of the 4 slots, so the barrier stage cannot start.
+    blocker_started = tmp_path / "blocker"
+
+    def hold_slot(_):
+        open(str(blocker_started), "w").close()
+        time.sleep(60)
+        return []
+
+    def blocker():
+        sc.setJobGroup("test-blocker", "holds one slot", interruptOnCancel=True)
+        try:
+            sc.parallelize([0], 1).mapPartitions(hold_slot).collect()
+        except Exception:
+            pass  # cancelled below
+
+    thread = threading.Thread(target=blocker, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not blocker_started.exists():
+            assert time.monotonic() < deadline, "blocker job never started"
+            time.sleep(0.05)
+        start = time.monotonic()
+        with pytest.raises(StartTimeoutError) as info:
+            horovod_spark.run(lambda: 0, num_proc=SLOTS, start_timeout=2, verbose=0)
+        elapsed = time.monotonic() - start
+        assert 2 <= elapsed < 12, elapsed
+        assert info.value.missing == list(range(SLOTS))
+        assert "never registered" in str(info.value) and "free task slots" in str(info.value)
+        assert not set(sc.statusTracker().getJobIdsForGroup(info.value.job_group)) \
+            & set(sc.statusTracker().getActiveJobsIds())
+    finally:
+        sc.cancelJobGroup("test-blocker")
+        thread.join(30)
+    assert _our_threads() == []
+
+
+def test_start_timeout_env_default(spark, monkeypatch):
+    monkeypatch.setenv("HOROVOD_SPARK_START_TIMEOUT", "-3")
+    with pytest.raises(ValueError, match="HOROVOD_SPARK_START_TIMEOUT"):
+        horovod_spark.run(lambda: 0, num_proc=1)
+
+
+def test_output_streams_to_given_files_while_running(spark, tmp_path):
+    flag = tmp_path / "driver-saw-first-line"
+
+    class Watcher(io.StringIO):
+        def write(self, text):
+            n = super().write(text)
+            if "[1]<stdout>:first line of rank 1" in self.getvalue():
+                flag.touch()
+            return n
+
+    out, err = Watcher(), io.StringIO()
+    results = horovod_spark.run(_print_lines, args=(str(flag),), num_proc=2, stdout=out, stderr=err,
+                                verbose=0)
+    assert results == [0, 1]
+    lines = out.getvalue().splitlines()
+    for rank in (0, 1):
+        assert "[%d]<stdout>:first line of rank %d" % (rank, rank) in lines
+        assert "[%d]<stdout>:partial line joined" % rank in lines  # half lines are joined, not split
+        assert "[%d]<stdout>:no newline at the end" % rank in lines  # flushed when the rank ends
+        assert "[%d]<stderr>:to stderr from %d" % (rank, rank) in err.getvalue().splitlines()
+    assert "<stderr>" not in out.getvalue()
+
+
+def test_output_timestamps(spark, tmp_path):
+    flag = tmp_path / "flag"
+    flag.touch()
+    out = io.StringIO()
+    horovod_spark.run(_print_lines, args=(str(flag),), num_proc=1, stdout=out, stderr=io.StringIO(),
+                      verbose=0, prefix_output_with_timestamp=True)
+    assert re.search(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} \[0\]<stdout>:first line of rank 0$",
+                     out.getvalue(), re.M), out.getvalue()
+
+
+def test_rank_leftovers_are_killed(spark, tmp_path):
+    pids = horovod_spark.run(_leave_grandchild, args=(str(tmp_path),), num_proc=2, verbose=0)
+    assert len(pids) == 2 and [p for p in pids if _alive(p)] == []
+
+
+def test_forged_frames_during_a_run(spark):
+    results = horovod_spark.run(_forge_then_work, num_proc=2, verbose=0)
+    assert results[0] == {"forged_reply": b""}
+
+
+class _Exploit:
+    """Unpickling this would create the marker file."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def __reduce__(self):
+        return (open, (self.path, "w"))
+
+
+def test_driver_service_rejects_forged_frames_without_unpickling(tmp_path):
+    key = wire.make_secret()
+    marker = str(tmp_path / "pwned")
+    service = DriverService(key, 2, "job", lambda rank, chunks: None, host="127.0.0.1")
+    port = service.start()
+    try:
+        evil = pickle.dumps(("failed", 0, "X", "forged", _Exploit(marker)))
+        # 1. Wrong secret: the connection is dropped before the payload is looked at.
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+            wire.send_frame(s, b"wrong key", evil)
+            s.settimeout(5)
+            assert s.recv(1) == b""
+        # 2. Right length and MAC field of garbage bytes: same.
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+            s.sendall(len(evil).to_bytes(4, "big") + b"\0" * 32 + evil)
+            s.settimeout(5)
+            assert s.recv(1) == b""
+        # 3. Even with the secret, a pickle that would import/call something is refused.
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+            wire.send_frame(s, key, evil)
+            reply = wire.recv_message(s, key, timeout=5)
+            assert reply[0] == "err" and reply[1] == "bad_request"
+        assert not os.path.exists(marker)
+        with service.condition:
+            assert service.failures == []
+        # A real client still gets served, and request validation holds.
+        client = KVClient("127.0.0.1", port, key)
+        assert client.request("ping") == "pong"
+        with pytest.raises(Exception, match="job"):
+            client.request("register", "other-job", 0, {}, 1.0)
+        client.close()
+    finally:
+        service.stop()
+
+
+def test_driver_service_start_timeout_names_missing_partitions():
+    key = wire.make_secret()
+    service = DriverService(key, 3, "job", lambda rank, chunks: None, host="127.0.0.1")
+    port = service.start()
+    try:
+        client = KVClient("127.0.0.1", port, key)
+        info = {"host": "h", "addr": "127.0.0.1", "pid": 1, "executor": "e", "attempt_id": 0, "gpus": []}
+        with pytest.raises(TimeoutError, match=r"only 1 of 3 tasks registered.*missing partitions \[1, 2\]"):
+            client.request("register", "job", 0, info, 0.5, wait=0.5)
+        assert service.missing_partitions() == [1, 2]
+        client.close()
+    finally:
+        service.stop()
+
+
+def test_unpicklable_fn_fails_before_any_job(spark):
+    tracker = spark.sparkContext.statusTracker()
+    before = set(tracker.getJobIdsForGroup(None))
+    lock = threading.Lock()
+    with pytest.raises(HorovodSparkError, match="cannot be pickled with cloudpickle") as info:
+        horovod_spark.run(lambda: lock.acquire(), num_proc=2)
+    assert "lock" in str(info.value)
+    assert set(tracker.getJobIdsForGroup(None)) == before
+
+
+@pytest.mark.parametrize("bad, error", [(0, ValueError), (-2, ValueError), (2.0, TypeError),
+                                        ("2", TypeError), (True, TypeError)])
+def test_bad_num_proc(spark, bad, error):
+    with pytest.raises(error, match="num_proc"):
+        horovod_spark.run(lambda: 0, num_proc=bad)
