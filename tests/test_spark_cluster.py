@@ -15,6 +15,8 @@ import pytest
 
 import horovod_spark
 from horovod_spark.spark import HorovodSparkError
+# The same training step as the local[4] tests, here spread over two executor JVMs.
+from test_spark_run import _allreduce_and_optimizer_step, check_allreduce_and_step
 
 pyspark = pytest.importorskip("pyspark")
 
@@ -116,6 +118,15 @@ def test_gpu_assigned_by_spark_becomes_cuda_visible_devices(spark):
     for i in info:
         per_exec.setdefault(i["executor"], []).append(i["CUDA_VISIBLE_DEVICES"])
     assert all(sorted(v) == ["0", "1"] for v in per_exec.values()), per_exec
+
+
+def test_allreduce_across_executors(spark, monkeypatch):
+    # One "host" per executor: ranks on the same executor use shared memory, the two executors
+    # talk over TCP, so both transports and the cross-host path of the core are exercised.
+    monkeypatch.setenv("HOROVOD_SPARK_HOST_KEY", "executor")
+    results = horovod_spark.run(_allreduce_and_optimizer_step, num_proc=NUM_PROC, verbose=0)
+    check_allreduce_and_step(results, NUM_PROC)
+    assert sorted((r["local_rank"], r["local_size"]) for r in results) == [(0, 2), (0, 2), (1, 2), (1, 2)]
 
 
 def test_slots_counted_from_executors(spark):

@@ -129,12 +129,55 @@ def _forge_then_work():
     return outcome
 
 
+def _allreduce_and_optimizer_step():
+    import torch
+
+    import horovod_spark.torch as hvd
+    hvd.init()
+    rank, size = hvd.rank(), hvd.size()
+    summed = hvd.allreduce(torch.full((3,), float(rank + 1)), op=hvd.Sum, name="summed")
+    averaged = hvd.allreduce(torch.tensor([float(rank)]), name="averaged")
+    model = torch.nn.Linear(2, 1, bias=False)
+    with torch.no_grad():
+        model.weight.fill_(float(rank))  # differs per rank until broadcast
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                   named_parameters=model.named_parameters())
+    opt.zero_grad()
+    model(torch.tensor([[float(rank + 1), 1.0]])).sum().backward()  # grad = this rank's input
+    opt.step()
+    out = {"rank": rank, "size": size, "local_rank": hvd.local_rank(), "local_size": hvd.local_size(),
+           "summed": summed.tolist(), "averaged": averaged.item(),
+           "weight": model.weight.detach().flatten().tolist()}
+    hvd.shutdown()
+    return out
+
+
+def check_allreduce_and_step(results, size):
+    """What _allreduce_and_optimizer_step must return on every rank of a healthy job."""
+    expected_sum = float(size * (size + 1) // 2)
+    mean_grad = (size + 1) / 2.0  # gradients are averaged over ranks: mean of rank + 1
+    for rank, out in enumerate(results):
+        assert out["rank"] == rank and out["size"] == size
+        assert out["summed"] == [expected_sum] * 3
+        assert out["averaged"] == pytest.approx((size - 1) / 2.0)
+        assert out["weight"] == pytest.approx([0.0 - 0.1 * mean_grad, 0.0 - 0.1 * 1.0])
+
+
 # -- tests ------------------------------------------------------------------------------------
 
 def test_results_ordered_by_rank(spark):
     for num_proc in (2, SLOTS):
         results = horovod_spark.run(_rank_times, args=(10,), num_proc=num_proc, verbose=0)
         assert results == [{"rank": r, "value": 10 * r} for r in range(num_proc)]
+
+
+def test_allreduce_and_distributed_optimizer(spark):
+    # Two ranks only: each rank imports torch (seconds of CPU on a small machine); the 4-rank,
+    # two-executor version is in test_spark_cluster.py.
+    results = horovod_spark.run(_allreduce_and_optimizer_step, num_proc=2, verbose=0)
+    check_allreduce_and_step(results, 2)
+    assert [r["local_rank"] for r in results] == [0, 1]
 
 
 def test_num_proc_defaults_to_default_parallelism(spark):

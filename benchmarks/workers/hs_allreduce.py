@@ -22,10 +22,16 @@ GRAD_BYTES = 16 << 10
 
 
 class Adapter:
-    def __init__(self):
+    def __init__(self, names):
         self.rank = hvd.rank()
         self.size = hvd.size()
         self._max_ids = itertools.count()
+        self._calls = itertools.count()
+        self.alternate = names == "alternate"
+
+    def suffix(self):
+        """'' for stable names; '.0'/'.1' by call parity when alternating (same on every rank)."""
+        return ".%d" % (next(self._calls) % 2) if self.alternate else ""
 
     def alloc(self, count):
         return torch.zeros(count, dtype=torch.float32)
@@ -37,7 +43,7 @@ class Adapter:
         return [float(buf[0]), float(buf[-1])]
 
     def allreduce(self, buf, nbytes):
-        hvd.allreduce_(buf, op=hvd.Sum, name="bench.%d" % nbytes)
+        hvd.allreduce_(buf, op=hvd.Sum, name="bench.%d%s" % (nbytes, self.suffix()))
 
     def barrier(self):
         hvd.barrier()
@@ -54,15 +60,17 @@ def bench_grouped(adapter, quick):
     total = GRAD_COUNT * GRAD_BYTES
 
     def one_big():
-        hvd.allreduce_(big, op=hvd.Sum, name="bench.big")
+        hvd.allreduce_(big, op=hvd.Sum, name="bench.big" + adapter.suffix())
 
     def many_async():
-        handles = [hvd.allreduce_async_(g, op=hvd.Sum, name="bench.grad.%d" % i) for i, g in enumerate(grads)]
+        sfx = adapter.suffix()
+        handles = [hvd.allreduce_async_(g, op=hvd.Sum, name="bench.grad.%d%s" % (i, sfx))
+                   for i, g in enumerate(grads)]
         for h in handles:
             hvd.synchronize(h)
 
     def grouped():
-        hvd.grouped_allreduce_(grads, op=hvd.Sum, name="bench.grouped")
+        hvd.grouped_allreduce_(grads, op=hvd.Sum, name="bench.grouped" + adapter.suffix())
 
     variants = [("one_big", one_big), ("async_many", many_async), ("grouped_many", grouped)]
     for variant, step in variants:
@@ -88,7 +96,7 @@ def bench_grouped(adapter, quick):
 def main():
     args = _timing.parse_args()
     hvd.init()
-    adapter = Adapter()
+    adapter = Adapter(args.names)
     try:
         _timing.bench_sizes(adapter, "horovod_spark", [int(s) for s in args.sizes.split(",")], args.quick)
         if args.grouped:

@@ -3,6 +3,7 @@
 Signatures, defaults and return values follow horovod.torch 0.28; every function returns a handle
 for ``poll``/``synchronize``.
 """
+import collections
 import warnings
 
 import torch
@@ -86,10 +87,18 @@ def _launch_grouped_allreduce(tensors, inplace, name, op, prescale_factor, posts
     base = _handles.op_name("grouped_allreduce", name)
     count = len(tensors)
     ps_id = _handles.process_set_id(process_set)
-    core_handles = _core.grouped_allreduce_async(
-        ["%s.%dof%d" % (base, i, count) for i in range(count)], [s.data_ptr() for s in srcs],
-        [o.data_ptr() for o in outs], dtypes, [tuple(s.shape) for s in srcs], core_op(op),
-        float(prescale_factor), float(postscale_factor), ps_id)
+    # The core fuses a group of one dtype; a mixed list becomes one group per dtype, each atomic.
+    by_dtype = collections.OrderedDict()
+    for i, dtype in enumerate(dtypes):
+        by_dtype.setdefault(dtype, []).append(i)
+    core_handles = [None] * count
+    for dtype, idx in by_dtype.items():
+        handles = _core.grouped_allreduce_async(
+            ["%s.%dof%d" % (base, i, count) for i in idx], [srcs[i].data_ptr() for i in idx],
+            [outs[i].data_ptr() for i in idx], dtype, [tuple(srcs[i].shape) for i in idx], core_op(op),
+            float(prescale_factor), float(postscale_factor), ps_id)
+        for i, h in zip(idx, handles):
+            core_handles[i] = h
 
     def finish(_results):
         if not inplace:

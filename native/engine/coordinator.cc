@@ -69,7 +69,7 @@ bool Coordinator::complete(const Pending& p, int32_t ps) const {
 }
 
 void Coordinator::mark_ready_if_complete(const std::string& k) {
-  Pending& p = pending_[k];
+  Pending& p = pending_.at(k);
   const RequestMeta& any = p.by_rank.begin()->second;
   if (!complete(p, any.process_set)) return;
   if (std::find(ready_.begin(), ready_.end(), k) == ready_.end()) ready_.push_back(k);
@@ -300,46 +300,47 @@ void Coordinator::fuse(std::vector<Response>& in, std::vector<Response>* out) {
 }
 
 std::vector<Response> Coordinator::take_ready() {
-  std::vector<Response> singles, grouped_out, out;
+  std::vector<Response> singles, out;
+  // A group is released only when every member is ready on every rank; count first, then build,
+  // because building erases the pending entries.
+  std::map<std::string, int32_t> ready_members;
+  for (const std::string& k : ready_) {
+    const RequestMeta& m = pending_.at(k).by_rank.begin()->second;
+    if (!m.group.empty()) ++ready_members[m.group];
+  }
   std::map<std::string, std::vector<Response>> groups;
   std::vector<std::string> still_waiting;
   for (const std::string& k : ready_) {
-    Pending& p = pending_[k];
-    const RequestMeta& first = p.by_rank.begin()->second;
-    if (!first.group.empty()) {
-      // A group is released only when every member is ready on every rank.
-      size_t ready_members = 0;
-      for (const std::string& k2 : ready_)
-        if (pending_[k2].by_rank.begin()->second.group == first.group) ++ready_members;
-      if (static_cast<int32_t>(ready_members) < first.group_size) {
-        still_waiting.push_back(k);
-        continue;
-      }
-      Response r = build(k, p);
+    Pending& p = pending_.at(k);
+    const RequestMeta first = p.by_rank.begin()->second;
+    if (first.group.empty()) {
+      singles.push_back(build(k, p));
       pending_.erase(k);
-      auto& g = groups[first.group];
-      g.push_back(std::move(r));
-      if (static_cast<int32_t>(g.size()) == first.group_size) {
-        // Members fuse together whatever the threshold: that is what grouping promises.
-        Response merged = std::move(g[0]);
-        for (size_t j = 1; j < g.size(); ++j) {
-          if (!g[j].error.empty() && merged.error.empty()) merged.error = g[j].error;
-          merged.names.insert(merged.names.end(), g[j].names.begin(), g[j].names.end());
-          merged.shapes.insert(merged.shapes.end(), g[j].shapes.begin(), g[j].shapes.end());
-          merged.cache_ids.insert(merged.cache_ids.end(), g[j].cache_ids.begin(), g[j].cache_ids.end());
-          merged.all_cached = merged.all_cached && g[j].all_cached;
-          if (g[j].dtype != merged.dtype && merged.error.empty())
-            merged.error = "grouped_allreduce '" + first.group + "' mixes data types " +
-                           dtype_name(merged.dtype) + " and " + dtype_name(g[j].dtype) +
-                           "; group tensors of one dtype";
-        }
-        singles.push_back(std::move(merged));
-        groups.erase(first.group);
-      }
       continue;
     }
-    singles.push_back(build(k, p));
+    if (ready_members[first.group] < first.group_size) {
+      still_waiting.push_back(k);
+      continue;
+    }
+    auto& g = groups[first.group];
+    g.push_back(build(k, p));
     pending_.erase(k);
+    if (static_cast<int32_t>(g.size()) < first.group_size) continue;
+    // Members fuse together whatever the threshold: that is what grouping promises.
+    Response merged = std::move(g[0]);
+    for (size_t j = 1; j < g.size(); ++j) {
+      if (!g[j].error.empty() && merged.error.empty()) merged.error = g[j].error;
+      if (g[j].dtype != merged.dtype && merged.error.empty())
+        merged.error = "grouped_allreduce '" + first.group + "' mixes data types " +
+                       dtype_name(merged.dtype) + " and " + dtype_name(g[j].dtype) +
+                       "; group tensors of one dtype";
+      merged.names.insert(merged.names.end(), g[j].names.begin(), g[j].names.end());
+      merged.shapes.insert(merged.shapes.end(), g[j].shapes.begin(), g[j].shapes.end());
+      merged.cache_ids.insert(merged.cache_ids.end(), g[j].cache_ids.begin(), g[j].cache_ids.end());
+      merged.all_cached = merged.all_cached && g[j].all_cached;
+    }
+    singles.push_back(std::move(merged));
+    groups.erase(first.group);
   }
   ready_ = still_waiting;
   fuse(singles, &out);

@@ -168,6 +168,7 @@ bool Engine::take_local_requests() {
       auto it = my_cache_.find(m.signature());
       if (it != my_cache_.end()) cache_id = it->second;
     }
+    (cache_id >= 0 ? stats_.requests_cached : stats_.requests_full)++;
     if (rank_ == 0) {
       coordinator_->add_request(0, m, cache_id);
     } else if (cache_id >= 0) {
@@ -246,6 +247,7 @@ bool Engine::receive_responses() {
           fused.shapes.push_back(part.shapes[0]);
           fused.cache_ids.push_back(ids[j]);
         }
+        fused.all_cached = true;
         execute(fused);
       } else {
         execute(Response::read(r));

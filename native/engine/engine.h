@@ -53,6 +53,16 @@ class Engine {
   Timeline& timeline() { return timeline_; }
   const Config& config() const { return cfg_; }
 
+  // Counters that make negotiation behaviour observable (tests, benchmarks, debugging).
+  struct Stats {
+    std::atomic<int64_t> requests_full{0};     // sent with full metadata
+    std::atomic<int64_t> requests_cached{0};   // sent as a response-cache id
+    std::atomic<int64_t> responses{0};         // responses executed
+    std::atomic<int64_t> responses_cached{0};  // ... that arrived as cache ids (no re-validation)
+    std::atomic<int64_t> fused_tensors{0};     // tensors that travelled in a fused response
+  };
+  Stats& stats() { return stats_; }
+
  private:
   void loop();
   bool take_local_requests();
@@ -96,6 +106,7 @@ class Engine {
   std::unordered_map<int32_t, Response> cached_responses_;  // cache id -> single response
   std::vector<uint8_t> fusion_buffer_;
   int64_t last_health_check_us_ = 0, last_stall_check_us_ = 0;
+  Stats stats_;
 };
 
 }  // namespace hs

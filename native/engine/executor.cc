@@ -39,6 +39,9 @@ void Engine::remember_cacheable(const Response& r) {
 }
 
 void Engine::execute(const Response& r) {
+  stats_.responses++;
+  if (r.all_cached) stats_.responses_cached++;
+  if (r.names.size() > 1) stats_.fused_tensors += static_cast<int64_t>(r.names.size());
   if (r.type == OpType::kJoin) {
     HandleResult res;
     res.value = r.value;

@@ -131,6 +131,16 @@ PYBIND11_MODULE(_core, m) {
   m.def("process_set_ids", [] { return engine().process_set_ids(); });
   m.def("start_timeline", [](const std::string& path, bool mark) { engine().timeline().start(path, mark); });
   m.def("stop_timeline", [] { engine().timeline().stop(); });
+  m.def("stats", [] {
+    auto& s = engine().stats();
+    py::dict d;
+    d["requests_full"] = s.requests_full.load();
+    d["requests_cached"] = s.requests_cached.load();
+    d["responses"] = s.responses.load();
+    d["responses_cached"] = s.responses_cached.load();
+    d["fused_tensors"] = s.fused_tensors.load();
+    return d;
+  });
   m.def("config", [] {
     Config c = Config::from_env();
     py::dict d;

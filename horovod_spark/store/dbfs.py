@@ -1,0 +1,37 @@
+"""DBFSLocalStore: Databricks File System through its /dbfs FUSE mount on every node."""
+import posixpath
+
+from horovod_spark.store.base import url_scheme
+from horovod_spark.store.local import LocalStore
+
+FUSE_ROOT = "/dbfs"
+
+
+def is_dbfs_path(path: str) -> bool:
+    return url_scheme(path) == "dbfs" or path == FUSE_ROOT or path.startswith(FUSE_ROOT + "/")
+
+
+def to_fuse_path(path: str) -> str:
+    """``dbfs:/a/b`` (or ``dbfs:///a/b``) → ``/dbfs/a/b``; a /dbfs path is returned as is."""
+    if url_scheme(path) == "dbfs":
+        rest = path.split(":", 1)[1].lstrip("/")
+        return posixpath.join(FUSE_ROOT, rest).rstrip("/")
+    return path
+
+
+class DBFSLocalStore(LocalStore):
+    """Python (and the ranks) read and write through the FUSE mount; Spark is given ``dbfs:/``
+    URLs, which it reads natively and faster than through FUSE."""
+
+    def _normalize_root(self, prefix_path: str) -> str:
+        root = super()._normalize_root(to_fuse_path(prefix_path))
+        if not is_dbfs_path(root):
+            raise ValueError("DBFSLocalStore needs a /dbfs/... path or dbfs:/ URL, got %r" % prefix_path)
+        return root
+
+    def resolve(self, path: str) -> str:
+        return super().resolve(to_fuse_path(path))
+
+    def to_spark_path(self, path: str) -> str:
+        resolved = self.resolve(path)
+        return "dbfs:" + (resolved[len(FUSE_ROOT):] or "/")

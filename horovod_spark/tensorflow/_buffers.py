@@ -1,0 +1,98 @@
+"""TensorFlow tensors <-> the raw CPU buffers the native core reads and writes.
+
+Measured on TF 2.21 (CPU, 100 MB float32; see docs/tensorflow_keras.md):
+- ``np.asarray(eager_tensor)`` is a read-only view of the tensor's memory (about 1 us), while
+  ``tensor.numpy()`` copies (about 28 ms), so inputs cross by view.
+- ``tf.convert_to_tensor(ndarray)`` always copies in eager mode (about 36 ms), even for aligned
+  arrays; DLPack import (``tf.experimental.dlpack.from_dlpack``) shares the array's memory
+  (about 2 us), so eager results come back through DLPack.
+- Inside ``tf.numpy_function`` inputs arrive as views and outputs that are 64-byte aligned are
+  adopted without a copy, so result buffers we allocate are 64-byte aligned.
+"""
+import numpy as np
+import tensorflow as tf
+
+_CORE_DTYPES = {
+    tf.uint8: "uint8",
+    tf.int8: "int8",
+    tf.int32: "int32",
+    tf.int64: "int64",
+    tf.float16: "float16",
+    tf.bfloat16: "bfloat16",
+    tf.float32: "float32",
+    tf.float64: "float64",
+    tf.bool: "bool",
+}
+
+# TensorFlow's allocator aligns to 64 bytes and so does every buffer TF adopts without copying.
+ALIGNMENT = 64
+
+# DLPack has no bfloat16 (TF rejects it); those results take one copy instead.
+_NO_DLPACK = (tf.bfloat16,)
+
+
+def core_dtype(dtype) -> str:
+    """The core's name for a TF dtype; TypeError naming the supported ones otherwise."""
+    try:
+        return _CORE_DTYPES[tf.as_dtype(dtype)]
+    except (KeyError, TypeError):
+        supported = ", ".join(d.name for d in _CORE_DTYPES)
+        raise TypeError("horovod_spark.tensorflow does not support tensors of dtype %s; supported dtypes: %s"
+                        % (getattr(dtype, "name", dtype), supported)) from None
+
+
+def as_tensor(value, what="tensor"):
+    """``value`` as a dense tf.Tensor (variables are read; numpy arrays and Python numbers are
+    converted, as TF ops do); a clear TypeError for anything else or an unsupported dtype."""
+    if isinstance(value, tf.IndexedSlices):
+        raise TypeError("%s: expected a dense tensor, got tf.IndexedSlices (use allreduce, which "
+                        "gathers them, or convert with tf.convert_to_tensor)" % what)
+    if isinstance(value, (tf.SparseTensor, tf.RaggedTensor)):
+        raise TypeError("%s: expected a dense tensor, got %s" % (what, type(value).__name__))
+    if value is None or isinstance(value, (dict, set)):
+        raise TypeError("%s: expected a tensor, got %s" % (what, type(value).__name__))
+    try:
+        tensor = tf.convert_to_tensor(value)
+    except (TypeError, ValueError) as exc:
+        raise TypeError("%s: expected a tensor (or something tf.convert_to_tensor accepts), got %s: %s"
+                        % (what, type(value).__name__, exc)) from None
+    core_dtype(tensor.dtype)
+    return tensor
+
+
+def empty_aligned(shape, np_dtype) -> np.ndarray:
+    """An uninitialised C-contiguous array whose data starts on a 64-byte boundary."""
+    np_dtype = np.dtype(np_dtype)
+    shape = tuple(int(d) for d in shape)
+    nbytes = int(np.prod(shape, dtype=np.int64)) * np_dtype.itemsize
+    raw = np.empty(nbytes + ALIGNMENT, dtype=np.uint8)
+    offset = (-raw.ctypes.data) % ALIGNMENT
+    return raw[offset:offset + nbytes].view(np_dtype).reshape(shape)
+
+
+def aligned(array: np.ndarray) -> np.ndarray:
+    """``array`` itself when TF can adopt it without a copy, else an aligned copy."""
+    if array.flags.c_contiguous and array.ctypes.data % ALIGNMENT == 0:
+        return array
+    out = empty_aligned(array.shape, array.dtype)
+    np.copyto(out, array)
+    return out
+
+
+def host_view(tensor) -> np.ndarray:
+    """A read-only view of an eager CPU tensor's memory (TF copies GPU tensors to host here)."""
+    return np.ascontiguousarray(np.asarray(tensor))
+
+
+def from_core(raw: np.ndarray, shape, dtype) -> np.ndarray:
+    """View a core-allocated result (1-D uint8 array) as ``dtype`` and ``shape``, no copy."""
+    np_dtype = tf.as_dtype(dtype).as_numpy_dtype
+    return raw.view(np_dtype).reshape(tuple(int(d) for d in shape))
+
+
+def to_eager(array: np.ndarray, dtype) -> tf.Tensor:
+    """An eager tensor over ``array`` (shared, no copy, when aligned; the tensor keeps it alive)."""
+    dtype = tf.as_dtype(dtype)
+    if dtype in _NO_DLPACK:
+        return tf.convert_to_tensor(array, dtype=dtype)
+    return tf.experimental.dlpack.from_dlpack(aligned(array).__dlpack__())

@@ -1,0 +1,121 @@
+"""What ranks see when something goes wrong: mismatched requests fail on every rank with the tensor
+and ranks named (and the engine keeps working), a rank that dies abruptly makes the others raise
+within 10 s, a tensor submitted by only some ranks triggers the stall warning."""
+import json
+import textwrap
+import time
+
+import pytest
+
+from horovod_spark.runner.local import run_local
+from rank_procs import rank_processes
+
+
+def _mismatches():
+    import numpy as np
+    from horovod_spark.common import basics, ops
+    from horovod_spark.common.exceptions import HorovodCollectiveError
+
+    basics.init()
+    r = basics.rank()
+    seen = {}
+
+    def attempt(label, fn):
+        try:
+            fn()
+            seen[label] = "no error"
+        except HorovodCollectiveError as exc:
+            seen[label] = str(exc)
+
+    shape_x = np.zeros(3 + r, np.float32)
+    attempt("shape", lambda: ops.wait(ops.allreduce_async(
+        "grads.w", shape_x.ctypes.data, shape_x.ctypes.data, "float32", shape_x.shape, ops.Sum)))
+    dt = np.zeros(4, np.float32 if r == 0 else np.float64)
+    attempt("dtype", lambda: ops.wait(ops.allreduce_async(
+        "grads.b", dt.ctypes.data, dt.ctypes.data, str(dt.dtype), dt.shape, ops.Sum)))
+    y = np.zeros(4, np.float32)
+    attempt("op", lambda: ops.wait(ops.allreduce_async(
+        "loss", y.ctypes.data, y.ctypes.data, "float32", y.shape, ops.Sum if r == 0 else ops.Max)))
+    attempt("root", lambda: ops.wait(ops.broadcast_async(
+        "params", y.ctypes.data, y.ctypes.data, "float32", y.shape, 5)))
+    # the engine is still healthy afterwards
+    ok = np.ones(4, np.float32)
+    ops.wait(ops.allreduce_async("after", ok.ctypes.data, ok.ctypes.data, "float32", ok.shape, ops.Sum))
+    seen["after"] = ok.tolist()
+    basics.shutdown()
+    return seen
+
+
+def test_mismatched_requests_fail_on_every_rank_naming_tensor_and_ranks():
+    results = run_local(_mismatches, num_proc=2, timeout=120)
+    for seen in results:
+        assert "grads.w" in seen["shape"] and "rank 0 has [3]" in seen["shape"] and \
+            "rank 1 has [4]" in seen["shape"]
+        assert "grads.b" in seen["dtype"] and "float32" in seen["dtype"] and "float64" in seen["dtype"]
+        assert "'loss'" in seen["op"] and "Sum" in seen["op"] and "Max" in seen["op"]
+        assert "root_rank 5" in seen["root"]
+        assert seen["after"] == [2.0] * 4
+
+
+DIE_CODE = textwrap.dedent("""
+    import json, os, sys, time
+    import numpy as np
+    from horovod_spark.common import basics, ops
+    from horovod_spark.common.exceptions import HorovodInternalError
+    basics.init()
+    x = np.ones(1 << 16, np.float32)
+    ops.wait(ops.allreduce_async("warm", x.ctypes.data, x.ctypes.data, "float32", x.shape, ops.Sum))
+    if basics.rank() == 1:
+        time.sleep(0.5)
+        os._exit(3)
+    t0 = time.monotonic()
+    try:
+        ops.wait(ops.allreduce_async("after_death", x.ctypes.data, x.ctypes.data, "float32",
+                                     x.shape, ops.Sum), timeout=60)
+        print(json.dumps({"error": None}))
+    except HorovodInternalError as exc:
+        print(json.dumps({"error": str(exc), "seconds": time.monotonic() - t0}))
+    try:
+        ops.wait(ops.allreduce_async("later", x.ctypes.data, x.ctypes.data, "float32",
+                                     x.shape, ops.Sum), timeout=10)
+        print(json.dumps({"later": None}))
+    except HorovodInternalError as exc:
+        print(json.dumps({"later": str(exc)}))
+""")
+
+
+@pytest.mark.parametrize("shm", ["1", "0"], ids=["tcp", "shm"])
+def test_rank_dying_abruptly_makes_others_raise_quickly(shm):
+    with rank_processes(DIE_CODE, 2, {"HOROVOD_SHM_DISABLE": shm}) as (p0, p1):
+        out, err = p0.communicate(timeout=60)
+        assert p1.wait(timeout=10) == 3
+    lines = [json.loads(l) for l in out.splitlines() if l.startswith("{")]
+    assert lines and lines[0]["error"], (out, err)
+    assert "rank 1" in lines[0]["error"] and "exited unexpectedly" in lines[0]["error"]
+    assert lines[0]["seconds"] < 10
+    assert lines[1]["later"] and "rank 1" in lines[1]["later"]
+
+
+STALL_CODE = textwrap.dedent("""
+    import time
+    import numpy as np
+    from horovod_spark.common import basics, ops
+    basics.init()
+    x = np.ones(4, np.float32)
+    if basics.rank() == 0:
+        h = ops.allreduce_async("only_rank0_sends_this", x.ctypes.data, x.ctypes.data, "float32",
+                                x.shape, ops.Sum)
+        time.sleep(3.5)
+    else:
+        time.sleep(3.5)
+    basics.shutdown()
+""")
+
+
+def test_stall_warning_names_tensor_and_missing_ranks():
+    env = {"HOROVOD_STALL_CHECK_TIME_SECONDS": "1"}
+    with rank_processes(STALL_CODE, 2, env) as (p0, p1):
+        out, err = p0.communicate(timeout=60)
+        p1.communicate(timeout=60)
+    assert "only_rank0_sends_this" in err and "missing ranks [1]" in err, err
+    assert "Submitted by ranks [0]" in err

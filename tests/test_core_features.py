@@ -1,0 +1,104 @@
+"""Engine features a user relies on: tensor fusion, the response cache, grouped allreduce, join,
+process sets, and the Chrome-trace timeline."""
+import json
+import os
+
+from horovod_spark.runner.local import run_local
+
+
+def _features(timeline_path):
+    import numpy as np
+    from horovod_spark.common import _core, basics, ops, process_sets
+
+    basics.init()
+    r, n = basics.rank(), basics.size()
+    out = {}
+
+    # Fusion and the response cache: the same 32 small tensors for 5 "steps".
+    before = dict(_core.stats())
+    bufs = [np.full(1000, r + i, np.float32) for i in range(32)]
+    for step in range(5):
+        hs = [ops.allreduce_async("grad.%d" % i, b.ctypes.data, b.ctypes.data, "float32", b.shape,
+                                  ops.Sum) for i, b in enumerate(bufs)]
+        for h in hs:
+            ops.wait(h)
+    after = _core.stats()
+    out["fused"] = after["fused_tensors"] - before["fused_tensors"]
+    out["cached_requests"] = after["requests_cached"] - before["requests_cached"]
+    out["cached_responses"] = after["responses_cached"] - before["responses_cached"]
+    expect = [(sum(q + i for q in range(n))) * n ** 4 for i in range(32)]
+    out["fusion_correct"] = all(np.all(b == e) for b, e in zip(bufs, expect))
+
+    # Grouped allreduce: all or nothing, one unit.
+    g = [np.full(10, float(r), np.float64), np.full(3, float(2 * r), np.float64)]
+    hs = ops.grouped_allreduce_async(["g.a", "g.b"], [x.ctypes.data for x in g],
+                                     [x.ctypes.data for x in g], "float64", [x.shape for x in g],
+                                     ops.Average)
+    for h in hs:
+        ops.wait(h)
+    out["grouped"] = [float(g[0][0]), float(g[1][0])]
+
+    # Process set of ranks {0, 2}: rank 1 is not in it and does other work meanwhile.
+    ps = process_sets.add_process_set([0, 2])
+    y = np.full(4, float(r), np.float32)
+    if r in (0, 2):
+        ops.wait(ops.allreduce_async("ps.y", y.ctypes.data, y.ctypes.data, "float32", y.shape,
+                                     ops.Sum, process_set_id=ps.process_set_id))
+    out["ps_value"] = float(y[0])
+    out["ps_rank"] = ps.rank()
+    process_sets.remove_process_set(ps)
+
+    # Join: rank 0 runs two more allreduces than the others; they contribute zeros.
+    extra = 2 if r == 0 else 0
+    z = np.ones(5, np.float32)
+    for i in range(extra):
+        ops.wait(ops.allreduce_async("tail.%d" % i, z.ctypes.data, z.ctypes.data, "float32",
+                                     z.shape, ops.Sum))
+    out["joined_result"] = float(z[0])
+    out["last_joined"] = ops.wait(ops.join_async())
+
+    if r == 0:
+        basics.start_timeline(timeline_path)
+    t = np.ones(64, np.float32)
+    ops.wait(ops.allreduce_async("traced", t.ctypes.data, t.ctypes.data, "float32", t.shape, ops.Sum))
+    basics.stop_timeline()
+    basics.shutdown()
+    return out
+
+
+def test_fusion_cache_grouped_process_sets_join_and_timeline(tmp_path):
+    timeline = str(tmp_path / "timeline.json")
+    results = run_local(_features, args=(timeline,), num_proc=3, timeout=120)
+    for r, out in enumerate(results):
+        assert out["fusion_correct"]
+        assert out["fused"] > 0, out           # small tensors travelled fused
+        assert out["cached_requests"] >= 32 * 3 if r else True, out  # steps 2..5 sent cache ids
+        assert out["cached_responses"] > 0, out
+        assert out["grouped"] == [1.0, 2.0]
+        assert out["ps_value"] == (2.0 if r in (0, 2) else 1.0)
+        assert out["ps_rank"] == {0: 0, 1: None, 2: 1}[r]
+        assert out["joined_result"] == 1.0     # only rank 0 contributed: the others joined
+        assert out["last_joined"] == 0
+    with open(timeline) as f:
+        events = json.load(f)
+    names = {e["args"]["name"] for e in events if e.get("name") == "process_name"}
+    phases = {e.get("name") for e in events if e.get("ph") == "B"}
+    assert "traced" in names
+    assert {"QUEUE", "NEGOTIATE_allreduce", "ALLREDUCE", "COLLECTIVE"} <= phases, phases
+
+
+def test_timeline_from_environment(tmp_path):
+    path = str(tmp_path / "env_timeline.json")
+
+    def fn():
+        import numpy as np
+        from horovod_spark.common import basics, ops
+        basics.init()
+        x = np.ones(8, np.float32)
+        ops.wait(ops.allreduce_async("w", x.ctypes.data, x.ctypes.data, "float32", x.shape, ops.Sum))
+        basics.shutdown()
+
+    run_local(fn, num_proc=2, env={"HOROVOD_TIMELINE": path}, timeout=60)
+    with open(path) as f:
+        events = json.load(f)
+    assert any(e.get("args", {}).get("name") == "w" for e in events)
