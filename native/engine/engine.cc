@@ -3,6 +3,7 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 
 #include "common/errors.h"
@@ -114,24 +115,41 @@ std::vector<int32_t> Engine::process_set_ids() {
   return ids;
 }
 
+bool Engine::progress_once() {
+  if (dead_) return false;
+  bool progress = false;
+  try {
+    progress |= transport_.progress_control();
+    progress |= take_local_requests();
+    progress |= rank_ == 0 ? coordinate() : receive_responses();
+    progress |= transport_.progress_control();
+    check_health(rank_ == 0);
+  } catch (const TransportError& e) {
+    dead_ = true;
+    fatal(e.what());
+  } catch (const std::exception& e) {
+    dead_ = true;
+    fatal(std::string("internal error in the collective engine: ") + e.what());
+  }
+  return progress;
+}
+
 void Engine::loop() {
   int idle_rounds = 0;
-  while (!stop_) {
+  while (!stop_ && !dead_) {
     uint32_t token = transport_.activity_token();
-    bool progress = false;
-    try {
-      progress |= transport_.progress_control();
-      progress |= take_local_requests();
-      progress |= rank_ == 0 ? coordinate() : receive_responses();
-      progress |= transport_.progress_control();
-      check_health(rank_ == 0);
-    } catch (const TransportError& e) {
-      fatal(e.what());
-      return;
-    } catch (const std::exception& e) {
-      fatal(std::string("internal error in the collective engine: ") + e.what());
-      return;
+    if (waiters_driving_.load() > 0) {
+      // A framework thread is running the engine from wait(); stay off the CPU, but look again
+      // soon in case it stops.
+      transport_.wait_for_activity(token, 1000);
+      continue;
     }
+    if (!progress_mu_.try_lock()) {
+      transport_.wait_for_activity(token, 200);  // a waiter is running the engine right now
+      continue;
+    }
+    bool progress = progress_once();
+    progress_mu_.unlock();
     if (progress) {
       idle_rounds = 0;
       continue;
@@ -144,6 +162,42 @@ void Engine::loop() {
     }
     transport_.wait_for_activity(token, static_cast<int>(std::max(1.0, cfg_.cycle_time_ms * 1000)));
   }
+}
+
+bool Engine::wait(int64_t handle, double timeout_s) {
+  auto start = std::chrono::steady_clock::now();
+  auto left_s = [&] {
+    return timeout_s - std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
+  waiters_driving_++;
+  int idle = 0;
+  bool done = false;
+  while (!(done = handles_.poll(handle))) {
+    if (timeout_s >= 0 && left_s() <= 0) break;
+    if (dead_ || stop_) break;
+    uint32_t token = transport_.activity_token();
+    if (!progress_mu_.try_lock()) {
+      // Someone else is running the engine: a short pass usually ends within microseconds; a long
+      // collective does not, so after a few yields sleep on the handle instead.
+      if (++idle < 64) { sched_yield(); continue; }
+      if (handles_.wait(handle, timeout_s < 0 ? 0.001 : std::min(0.001, std::max(0.0, left_s())))) {
+        done = true;
+        break;
+      }
+      continue;
+    }
+    bool progress = progress_once();
+    progress_mu_.unlock();
+    if (progress) { idle = 0; continue; }
+    if (++idle < 200) continue;
+    if (idle < 400) { sched_yield(); continue; }
+    transport_.wait_for_activity(token, 1000);
+  }
+  waiters_driving_--;
+  transport_.notify_self();  // hand the engine back to the background thread
+  if (done) return true;
+  if (timeout_s >= 0 && left_s() <= 0) return handles_.poll(handle);
+  return handles_.wait(handle, timeout_s < 0 ? -1.0 : std::max(0.0, left_s()));
 }
 
 bool Engine::take_local_requests() {
@@ -295,20 +349,27 @@ void Engine::finish(const std::string& key_ref, HandleResult result) {
   auto it = entries_.find(key);
   if (it == entries_.end()) return;
   if (timeline_.active()) timeline_.end(it->second.meta.name);
-  handles_.complete(it->second.handle, std::move(result));
+  int64_t handle = it->second.handle;
   entries_.erase(it);
-  std::lock_guard<std::mutex> l(queue_mu_);
-  inflight_.erase(key);
+  {
+    // Before completing: the waiter may resubmit the same name the moment it wakes.
+    std::lock_guard<std::mutex> l(queue_mu_);
+    inflight_.erase(key);
+  }
+  handles_.complete(handle, std::move(result));
 }
 
 void Engine::fail_entry(const std::string& key_ref, HandleError kind, const std::string& msg) {
   const std::string key = key_ref;  // key_ref may live inside the entry erased below
   auto it = entries_.find(key);
   if (it == entries_.end()) return;
-  handles_.fail(it->second.handle, kind, msg);
+  int64_t handle = it->second.handle;
   entries_.erase(it);
-  std::lock_guard<std::mutex> l(queue_mu_);
-  inflight_.erase(key);
+  {
+    std::lock_guard<std::mutex> l(queue_mu_);
+    inflight_.erase(key);
+  }
+  handles_.fail(handle, kind, msg);
 }
 
 void Engine::fatal(const std::string& msg) {

@@ -44,6 +44,10 @@ class Engine {
   int local_rank() const { return transport_.local_rank(); }
   int local_size() const { return transport_.local_size(); }
 
+  // Waits for a handle; the waiting thread drives the engine itself while it is free, which
+  // saves two thread hand-offs per small collective. False on timeout (< 0: no limit).
+  bool wait(int64_t handle, double timeout_s);
+
   // Returns a handle; errors that need no negotiation (unknown process set, duplicate name,
   // engine failed) complete the handle at once.
   int64_t enqueue(TensorRequest req);
@@ -65,6 +69,7 @@ class Engine {
 
  private:
   void loop();
+  bool progress_once();  // one engine pass under progress_mu_; false when nothing moved
   bool take_local_requests();
   bool coordinate();
   bool receive_responses();
@@ -91,6 +96,9 @@ class Engine {
   std::unique_ptr<Coordinator> coordinator_;
   std::thread thread_;
   std::atomic<bool> stop_{false};
+  std::atomic<bool> dead_{false};           // a fatal error ended the engine
+  std::mutex progress_mu_;                  // whoever holds it runs the engine
+  std::atomic<int> waiters_driving_{0};     // threads in wait() willing to run the engine
 
   std::mutex queue_mu_;  // guards queue_, inflight_, failed_, gone_, process_sets_
   std::vector<TensorRequest> queue_;

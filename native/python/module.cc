@@ -120,7 +120,7 @@ PYBIND11_MODULE(_core, m) {
   m.def("wait", [](int64_t h, double timeout) {
     Engine& e = engine();
     py::gil_scoped_release nogil;
-    return e.handles().wait(h, timeout);
+    return e.wait(h, timeout);
   });
   m.def("take", &take);
   m.def("process_set_ranks", [](int32_t id) -> py::object {
