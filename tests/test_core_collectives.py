@@ -5,12 +5,22 @@ import pytest
 from horovod_spark.runner.local import run_local
 
 
-def _sweep():
+def _sweep(transport):
+    import os
     import numpy as np
     from horovod_spark.common import basics, ops
     import core_reference as ref
 
+    if transport == "mixed":
+        # Two pretend hosts: shared memory inside each pair of ranks, TCP between the pairs.
+        rank = int(os.environ["HOROVOD_RANK"])
+        os.environ["HOROVOD_HOSTNAME"] = "host%d" % (rank // 2)
+        for var in ("HOROVOD_LOCAL_RANK", "HOROVOD_LOCAL_SIZE", "HOROVOD_CROSS_RANK", "HOROVOD_CROSS_SIZE"):
+            os.environ.pop(var, None)
     basics.init()
+    if transport == "mixed":
+        assert (basics.local_size(), basics.cross_size()) == (2, 2)
+        assert basics.local_rank() == basics.rank() % 2 and basics.cross_rank() == basics.rank() // 2
     r, n = basics.rank(), basics.size()
     failures = []
 
@@ -81,8 +91,10 @@ def _sweep():
     return failures
 
 
-@pytest.mark.parametrize("num_proc", [2, 3, 4])
-def test_every_collective_dtype_and_size(num_proc):
-    results = run_local(_sweep, num_proc=num_proc, timeout=300)
+@pytest.mark.parametrize("num_proc,transport", [(2, "shm"), (3, "shm"), (4, "shm"), (2, "tcp"),
+                                                (3, "tcp"), (4, "mixed")])
+def test_every_collective_dtype_and_size(num_proc, transport):
+    env = {"HOROVOD_SHM_DISABLE": "1"} if transport == "tcp" else {}
+    results = run_local(_sweep, args=(transport,), num_proc=num_proc, env=env, timeout=300)
     failures = [f for per_rank in results for f in per_rank]
     assert not failures, "\n".join(failures[:40])

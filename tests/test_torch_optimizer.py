@@ -28,7 +28,7 @@ def _run_checks(names):
     for name in names:
         try:
             results[name] = getattr(module, name)(hvd)
-        except Exception:
+        except (Exception, pytest.fail.Exception):  # pytest.fail/raises failures are BaseExceptions
             results[name] = {"error": traceback.format_exc()}
             sys.stderr.write("rank %d: %s failed\n%s" % (hvd.rank(), name, results[name]["error"]))
     hvd.shutdown()
