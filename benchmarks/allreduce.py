@@ -119,6 +119,9 @@ def build_parser():
     p.add_argument("--quick", action="store_true", help="fewer sizes and iterations (< 1 minute)")
     p.add_argument("--no-grouped", action="store_true",
                    help="skip the 256 x 16 KiB async vs 1 x 4 MiB horovod_spark test")
+    p.add_argument("--grouped-ref", action="store_true",
+                   help="also time hvd.grouped_allreduce_ of the 256 tensors (explains where the "
+                        "per-tensor cost goes)")
     p.add_argument("--hs-names", choices=("stable", "alternate"), default="stable",
                    help="horovod_spark tensor names: one stable name per tensor, as training uses "
                         "(default), or two alternating names (works around a name-reuse race)")
@@ -252,7 +255,7 @@ def kill_group(proc):
             continue
 
 
-def run_system(system, nranks, sizes, quick, grouped, timeout, hs_names="stable"):
+def run_system(system, nranks, sizes, quick, grouped, timeout, hs_names="stable", grouped_ref=False):
     """Run one system's worker; returns (records, error message or None, wall seconds)."""
     worker_args = ["--sizes", ",".join(str(s) for s in sizes)]
     if system == "horovod_spark" and hs_names != "stable":
@@ -261,6 +264,8 @@ def run_system(system, nranks, sizes, quick, grouped, timeout, hs_names="stable"
         worker_args.append("--quick")
     if grouped:
         worker_args.append("--grouped")
+        if grouped_ref:
+            worker_args.append("--grouped-ref")
     cmd, why = launch_command(system, nranks, worker_args)
     if cmd is None:
         return [], "skipped: " + why, 0.0
@@ -437,7 +442,8 @@ def main(argv=None):
     for nranks in args.np:
         for system in args.systems:
             recs, err, wall = run_system(system, nranks, sizes, args.quick,
-                                         grouped and system == "horovod_spark", timeout, args.hs_names)
+                                         grouped and system == "horovod_spark", timeout, args.hs_names,
+                                         args.grouped_ref)
             results += recs
             walls["%s/np%d" % (system, nranks)] = round(wall, 1)
             if err:

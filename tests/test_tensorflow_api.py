@@ -30,6 +30,7 @@ def _data(rank, dtype, shape=(3, 4)):
 def _collectives(hvd, tf, x, rank):
     out = {
         "sum": hvd.allreduce(x, op=hvd.Sum),
+        "scalar": hvd.allreduce(x[0, 0], op=hvd.Sum),
         "min": hvd.allreduce(x, op=hvd.Min),
         "max": hvd.allreduce(x, op=hvd.Max),
         "product": hvd.allreduce(x, op=hvd.Product),
@@ -159,6 +160,7 @@ def _expected_collectives(rank, dtype):
     total = xs[0] + xs[1]
     exp = {
         "sum": total,
+        "scalar": total[0, 0],
         "min": np.minimum(xs[0], xs[1]),
         "max": np.maximum(xs[0], xs[1]),
         "product": xs[0] * xs[1],
@@ -185,6 +187,7 @@ def _assert_same(got, want, what):
             _assert_same(g, w, "%s[%d]" % (what, i))
         return
     assert got.dtype == want.dtype, "%s: dtype %s, expected %s" % (what, got.dtype, want.dtype)
+    assert np.shape(got) == np.shape(want), "%s: shape %s, expected %s" % (what, np.shape(got), np.shape(want))
     np.testing.assert_array_equal(got, want, err_msg=what)
 
 

@@ -141,6 +141,40 @@ def check_predivide_and_compression(hvd):
                                     compression=hvd.Compression.fp16)
 
 
+def _embedding_model():
+    torch.manual_seed(5)
+    return torch.nn.ModuleDict({"emb": torch.nn.Embedding(10, 3, sparse=True),
+                                "out": torch.nn.Linear(3, 1)}).double()
+
+
+def _train_embedding(model, opt, ids, targets):
+    for _ in range(3):
+        opt.zero_grad()
+        pred = model["out"](model["emb"](ids)).squeeze(-1)
+        torch.nn.functional.mse_loss(pred, targets).backward()
+        opt.step()
+    return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+
+
+def check_sparse_gradients(hvd):
+    r, n = hvd.rank(), hvd.size()
+    gen = torch.Generator().manual_seed(11)
+    ids = torch.randint(0, 10, (8,), generator=gen)
+    targets = torch.randn(8, generator=gen, dtype=torch.float64)
+    reference_model = _embedding_model()
+    reference = _train_embedding(reference_model, torch.optim.SGD(reference_model.parameters(), lr=0.5),
+                                 ids, targets)
+    out = {}
+    for as_dense in (False, True):
+        model = _embedding_model()
+        opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.5),
+                                       named_parameters=model.named_parameters(), sparse_as_dense=as_dense)
+        params = _train_embedding(model, opt, _shard(ids, r, n), _shard(targets, r, n))
+        _close(params, reference, rtol=1e-10, atol=1e-10)
+        out["as_dense=%s" % as_dense] = params
+    return out
+
+
 def check_unused_parameter_on_one_rank(hvd):
     # Rank 1 never uses the extra layer; its gradient still joins the allreduce (as zeros).
     r = hvd.rank()

@@ -25,6 +25,8 @@ def parse_args(argv=None):
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--grouped", action="store_true",
                         help="also time many small async allreduces vs one large (horovod_spark only)")
+    parser.add_argument("--grouped-ref", action="store_true",
+                        help="with --grouped, also time grouped_allreduce_ of the same tensors")
     parser.add_argument("--names", choices=("stable", "alternate"), default="stable",
                         help="horovod_spark only: reuse one name per tensor (what training does), or "
                              "alternate two, which sidesteps name-reuse races in the core")

@@ -53,7 +53,7 @@ class Adapter:
         return hvd.allreduce(t, op=hvd.Max, name="bench.max.%d" % next(self._max_ids)).numpy()
 
 
-def bench_grouped(adapter, quick):
+def bench_grouped(adapter, quick, with_grouped):
     """One DistributedOptimizer-like step (many small async allreduces) vs one big allreduce."""
     grads = [torch.zeros(GRAD_BYTES // 4, dtype=torch.float32) for _ in range(GRAD_COUNT)]
     big = torch.zeros(GRAD_COUNT * GRAD_BYTES // 4, dtype=torch.float32)
@@ -72,7 +72,9 @@ def bench_grouped(adapter, quick):
     def grouped():
         hvd.grouped_allreduce_(grads, op=hvd.Sum, name="bench.grouped" + adapter.suffix())
 
-    variants = [("one_big", one_big), ("async_many", many_async), ("grouped_many", grouped)]
+    variants = [("one_big", one_big), ("async_many", many_async)]
+    if with_grouped:
+        variants.append(("grouped_many", grouped))
     for variant, step in variants:
         for t in grads + [big]:
             t.fill_(1.0)
@@ -100,11 +102,22 @@ def main():
     try:
         _timing.bench_sizes(adapter, "horovod_spark", [int(s) for s in args.sizes.split(",")], args.quick)
         if args.grouped:
-            bench_grouped(adapter, args.quick)
+            bench_grouped(adapter, args.quick, args.grouped_ref)
     except Exception as exc:
         _timing.report_failure("horovod_spark", adapter.rank, exc)
         raise
+    _emit_core_stats(adapter)
     hvd.shutdown()
+
+
+def _emit_core_stats(adapter):
+    """Negotiation counters (response-cache hits, fused tensors), where the core exposes them."""
+    from horovod_spark.common import _core
+    stats = getattr(_core, "stats", None)
+    if stats is not None and adapter.rank == 0:
+        rec = {"kind": "core_stats", "system": "horovod_spark", "np": adapter.size}
+        rec.update(stats())
+        _timing.emit(rec)
 
 
 if __name__ == "__main__":

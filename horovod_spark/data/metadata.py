@@ -18,7 +18,7 @@ class ColumnInfo:
     shape: tuple
     spark_type: str           # the source column's Spark type, e.g. "vector" or "array<float>"
     is_vector: bool = False   # source was a pyspark.ml / mllib Vector (written densified)
-    is_sparse: bool = False   # some source vectors were SparseVector
+    is_sparse: bool = False   # SparseVectors seen in the source (sampled: see validate.scan_data)
 
     def to_json(self) -> Dict[str, Any]:
         d = asdict(self)

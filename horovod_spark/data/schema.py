@@ -23,6 +23,12 @@ class ColumnSpec:
     element_nullable: bool = False
 
 
+def column(name: str):
+    """F.col for a column name as given: a dot in it is part of the name, not a struct field access."""
+    from pyspark.sql import functions as F
+    return F.col("`%s`" % name.replace("`", "``"))
+
+
 def is_vector_type(data_type) -> bool:
     # Both ml and the older mllib VectorUDT; vector_to_array handles either.
     return isinstance(data_type, T.UserDefinedType) and type(data_type).__name__ == "VectorUDT"

@@ -35,7 +35,7 @@ def _need_timeout(value) -> float:
 
 
 _INFO_FIELDS = {"host": str, "addr": str, "pid": int, "executor": str, "attempt_id": int,
-                "gpus": list}
+                "gpus": list, "python": str}
 
 
 class DriverService(KVStoreServer):

@@ -22,6 +22,8 @@ DEFAULT_START_TIMEOUT = 600.0
 _EXIT_CONFIRM_S = 5.0
 _JOB_JOIN_S = 8.0
 _STAGE_POLL_S = 1.0
+_MPI_POLL_S = 0.2
+_MPI_REPORT_GRACE_S = 2.0
 
 
 def _spark_context():
@@ -147,7 +149,7 @@ def run(fn: Callable, args=(), kwargs: Optional[dict] = None, num_proc: Optional
         job.start()
         if use_mpi:
             from .mpi_launch import MpiLauncher
-            launcher = MpiLauncher(service, addrs[0], key, num_proc, rank_env, sink, log)
+            launcher = MpiLauncher(service, addrs[0], key, num_proc, sink, log)
         results = _supervise(service, job, launcher, start_timeout, log)
         ok = True
         return results
@@ -177,11 +179,14 @@ def _supervise(service: DriverService, job: BarrierJob, launcher, start_timeout:
     next_stage_poll = started + _STAGE_POLL_S
     announced = False
     while True:
+        wait_s = min(next_stage_poll, deadline) - time.monotonic()
+        if launcher is not None:
+            wait_s = min(wait_s, _MPI_POLL_S)  # mpirun's exit does not notify the condition
         with service.condition:
             service.condition.wait_for(
                 lambda: service.failures or job.done
                 or (service.table is None and time.monotonic() >= deadline),
-                timeout=max(0.05, min(next_stage_poll, deadline) - time.monotonic()))
+                timeout=max(0.05, wait_s))
             failures = list(service.failures)
             table_ready = service.table is not None
         if failures:
@@ -192,6 +197,13 @@ def _supervise(service: DriverService, job: BarrierJob, launcher, start_timeout:
             raise _start_timeout_error(service, job, start_timeout)
         if launcher is not None and table_ready:
             launcher.poll()
+            if launcher.exited_at is not None and launcher.returncode != 0:
+                # The failed rank's own report (with its traceback) may be a moment behind.
+                if time.monotonic() - launcher.exited_at < _MPI_REPORT_GRACE_S:
+                    continue
+                if not job.done:
+                    job.cancel()
+                raise HorovodSparkError(launcher.failure_message())
         now = time.monotonic()
         if now >= next_stage_poll:
             next_stage_poll = now + _STAGE_POLL_S
@@ -201,6 +213,8 @@ def _supervise(service: DriverService, job: BarrierJob, launcher, start_timeout:
                 job.join(2.0)
                 if service.failures:
                     raise _rank_failure(service, job)
+                if not job.done:
+                    job.cancel()
                 raise HorovodSparkError(
                     "a task of the barrier stage (job group %s) failed in Spark outside fn, e.g. "
                     "its Python worker or executor died; the job was cancelled instead of letting "

@@ -23,6 +23,7 @@ from horovod_spark.common.kv_client import KVClient
 
 from . import placement as placement_mod
 from .gpus import ASSIGNED_GPUS_ENV
+from .mpi_task import MpiDaemonSlot
 from .rank_process import RankProcess
 
 _CONTROL_POLL_S = 10.0
@@ -164,7 +165,8 @@ class _Shipper:
         self._seq += 1
 
 
-def rank_env(spec: TaskSpec, addr: str, place: placement_mod.Placement, gpus: List[str]) -> Dict[str, str]:
+def rank_env(spec: TaskSpec, addr: str, place: placement_mod.Placement, gpus: List[str],
+             workdir: str) -> Dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in _DROP_ENV}
     env.update(spec.env)
     env.update(place.env())
@@ -173,10 +175,20 @@ def rank_env(spec: TaskSpec, addr: str, place: placement_mod.Placement, gpus: Li
         "HOROVOD_RENDEZVOUS_PORT": str(spec.port),
         "HOROVOD_SECRET_KEY": spec.key.hex(),
         "HOROVOD_RUN_SCOPE": spec.job_id,
-        "HOROVOD_SPARK_PARENT_PID": str(os.getpid()),
+        "HOROVOD_SPARK_WORKDIR": workdir,
         "PYTHONUNBUFFERED": "1",  # lines reach the driver as they are printed, not at exit
     })
     env.setdefault("HOROVOD_START_TIMEOUT", str(int(max(spec.start_timeout, 1))))
+    if spec.use_mpi:
+        # Under mpirun the rank's identity comes from MPI (hvd.init() then rendezvous over
+        # mpi4py); the task_main checks it matches the partition. The rank's parent is mpirun's
+        # daemon, not us, so there is no parent pid to check.
+        for name in ("HOROVOD_RANK", "HOROVOD_SIZE"):
+            env.pop(name)
+        env["HOROVOD_SPARK_EXPECTED_RANK"] = str(place.rank)
+        env["HOROVOD_SPARK_EXPECTED_SIZE"] = str(place.size)
+    else:
+        env["HOROVOD_SPARK_PARENT_PID"] = str(os.getpid())
     if gpus:
         # Spark scheduled these GPUs to this task: the rank sees only them (as cuda:0, ...).
         env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
@@ -184,16 +196,20 @@ def rank_env(spec: TaskSpec, addr: str, place: placement_mod.Placement, gpus: Li
     return env
 
 
-def _outcome(workdir: str, returncode: int, shipper: _Shipper):
+def _outcome(workdir: str, returncode: int, shipper: _Shipper, use_mpi: bool):
     result_path = os.path.join(workdir, "result.pkl")
     error_path = os.path.join(workdir, "error.msg")
-    if returncode == 0 and os.path.exists(result_path):
+    if os.path.exists(result_path) and (returncode == 0 or use_mpi):
         with open(result_path, "rb") as f:
             return "ok", f.read(), None
     if os.path.exists(error_path):
         with open(error_path, "rb") as f:
             exc_type, message, tb = wire.decode_message(f.read())
         return "failed", None, (exc_type, message, tb)
+    if use_mpi:
+        # mpirun stopped our rank because another one failed (that one reports), or the rank
+        # crashed; either way mpirun's own exit status and message reach the driver.
+        return "aborted", None, None
     how = "was killed by signal %d" % -returncode if returncode < 0 else "exited with code %d" % returncode
     tail = "\n".join(shipper.stderr_tail)
     return "failed", None, ("ProcessExit", "the rank process %s without a Python exception%s"
@@ -207,11 +223,12 @@ def run_task(spec: TaskSpec, _iterator):
     control: Optional[_Control] = None
     workdir = None
     proc: Optional[RankProcess] = None
+    mpi_slot: Optional[MpiDaemonSlot] = None
     returncode = -1
     try:
         host = placement_mod.host_key(spec.host_key_mode, executor)
         info = {"host": host, "addr": _local_address(addr, spec.port), "pid": os.getpid(),
-                "executor": executor, "attempt_id": attempt_id, "gpus": gpus}
+                "executor": executor, "attempt_id": attempt_id, "gpus": gpus, "python": sys.executable}
         # The driver enforces start_timeout; our wait only has to outlast it.
         kind, value = client.request("register", spec.job_id, partition, info, spec.start_timeout + 30.0,
                                      wait=spec.start_timeout + 30.0)
@@ -223,22 +240,36 @@ def run_task(spec: TaskSpec, _iterator):
         with open(os.path.join(workdir, "call.pkl"), "wb") as f:
             f.write(spec.call)
         shipper = _Shipper(client, partition)
-        control = _Control(spec, addr, partition)
+        env = rank_env(spec, addr, place, gpus, workdir)
+        if spec.use_mpi:
+            mpi_slot = MpiDaemonSlot(env, shipper, client, partition)
+        control = _Control(spec, addr, partition, on_exec=mpi_slot.on_exec if mpi_slot else None)
         control.start()
-        proc = RankProcess([sys.executable, "-m", "horovod_spark.spark.task_main", workdir],
-                           rank_env(spec, addr, place, gpus), shipper)
+        if mpi_slot is not None:
+            # mpirun starts once every task registered; its daemon for us arrives by control.
+            deadline = time.monotonic() + spec.start_timeout
+            while proc is None and time.monotonic() < deadline and control.is_alive():
+                proc = mpi_slot.wait_launched(1.0)
+            if proc is None:
+                if control.abort_reason is not None:
+                    return [(partition, "aborted", None)]
+                raise TimeoutError("mpirun did not start its daemon in the task of rank %d within "
+                                   "start_timeout (%.0f s)" % (partition, spec.start_timeout))
+        else:
+            proc = RankProcess([sys.executable, "-m", "horovod_spark.spark.task_main", workdir],
+                               env, shipper)
         control.watch(proc)
-        while True:
-            code = proc.wait(1.0)
-            if code is not None:
-                break
+        while proc.wait(1.0) is None:
+            pass
         returncode = proc.kill_tree()  # reaps what fn forked and left behind
         proc.finish()
         if control.abort_reason is not None:
             return [(partition, "aborted", None)]
         if control.lost_driver is not None:
             raise ConnectionError("horovod_spark task for rank %d %s" % (partition, control.lost_driver))
-        status, result, error = _outcome(workdir, returncode, shipper)
+        if mpi_slot is not None:
+            mpi_slot.report_exit(returncode)
+        status, result, error = _outcome(workdir, returncode, shipper, spec.use_mpi)
         if error is not None:
             client.request("failed", partition, *error)
         return [(partition, status, result)]
@@ -255,6 +286,11 @@ def run_task(spec: TaskSpec, _iterator):
         if proc is not None:
             returncode = proc.kill_tree()
             proc.finish(0.5)
+        if mpi_slot is not None:
+            try:
+                mpi_slot.report_exit(returncode)
+            except Exception:
+                pass
         try:
             client.request("exited", partition, returncode if proc is not None else 0)
         except Exception:

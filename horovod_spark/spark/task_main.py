@@ -1,10 +1,13 @@
-"""Entry point of a rank process: ``python -m horovod_spark.spark.task_main WORKDIR``.
+"""Entry point of a rank process: ``python -m horovod_spark.spark.task_main [WORKDIR]``.
 
 The Spark task (our parent, inside the Python worker) has already set the rendezvous
 environment, so ``hvd.init()`` in fn needs no arguments. WORKDIR holds ``call.pkl`` (cloudpickled
 ``(fn, args, kwargs)``); we leave ``result.pkl`` (cloudpickled return value) or ``error.msg`` (a
 wire message: exception type, text, formatted traceback) and exit 0 or 1. Files rather than pipes
 because results can be large and the pipes carry the user's stdout/stderr.
+
+In MPI mode mpirun starts us (through its daemon inside our Spark task) without arguments; the
+daemon's environment gives WORKDIR, and we first check that MPI put us in the right task.
 """
 import os
 import sys
@@ -46,9 +49,27 @@ def _report_error(workdir: str, exc: BaseException, tb_text: str, what: str) -> 
                   wire.encode_message((type(exc).__name__, message, tb_text)))
 
 
+def _check_mpi_rank() -> None:
+    expected = os.environ.get("HOROVOD_SPARK_EXPECTED_RANK")
+    if expected is None:
+        return
+    rank = os.environ.get("OMPI_COMM_WORLD_RANK", os.environ.get("PMIX_RANK"))
+    size = os.environ.get("OMPI_COMM_WORLD_SIZE")
+    want_size = os.environ["HOROVOD_SPARK_EXPECTED_SIZE"]
+    if rank != expected or (size is not None and size != want_size):
+        raise RuntimeError("mpirun placed MPI rank %s of %s in the Spark task of partition %s of %s; "
+                           "the MPI launch must map one rank per task in order"
+                           % (rank, size, expected, want_size))
+
+
 def main(workdir: str) -> int:
     _die_with_parent()
     import cloudpickle
+    try:
+        _check_mpi_rank()
+    except RuntimeError as exc:
+        _report_error(workdir, exc, traceback.format_exc(), "")
+        return 1
     try:
         with open(os.path.join(workdir, "call.pkl"), "rb") as f:
             fn, args, kwargs = cloudpickle.load(f)
@@ -73,7 +94,7 @@ def main(workdir: str) -> int:
 
 
 if __name__ == "__main__":
-    code = main(sys.argv[1])
+    code = main(sys.argv[1] if len(sys.argv) > 1 else os.environ["HOROVOD_SPARK_WORKDIR"])
     sys.stdout.flush()
     sys.stderr.flush()
     sys.exit(code)

@@ -7,6 +7,7 @@ the collective is complete when the op's outputs are. The op costs a Python call
 execution (tens of microseconds; measured in docs/tensorflow_keras.md), which is why callers
 batch many tensors into one call.
 """
+import numpy as np
 import tensorflow as tf
 
 from horovod_spark.tensorflow import _buffers
@@ -21,13 +22,14 @@ def run(np_fn, tensors, out_dtypes, out_shapes, name="horovod_spark"):
     if tf.executing_eagerly():
         arrays = [_buffers.host_view(t) for t in tensors]
         return [_buffers.to_eager(a, d) for a, d in zip(np_fn(*arrays), out_dtypes)]
+    def call(*arrays):
+        # numpy_function passes scalar tensors as numpy scalars, which have no buffer address.
+        outs = np_fn(*[np.asarray(a) for a in arrays])
+        return outs if out_dtypes else []
+
+    outs = tf.numpy_function(call, list(tensors), list(out_dtypes), stateful=True, name=name)
     if not out_dtypes:
-        def np_fn_no_outputs(*arrays):
-            np_fn(*arrays)
-            return []
-        tf.numpy_function(np_fn_no_outputs, list(tensors), [], stateful=True, name=name)
         return []
-    outs = tf.numpy_function(np_fn, list(tensors), list(out_dtypes), stateful=True, name=name)
     if not isinstance(outs, (list, tuple)):
         outs = [outs]
     for out, shape in zip(outs, out_shapes):

@@ -56,7 +56,10 @@ def as_tensor(value, what="tensor"):
     except (TypeError, ValueError) as exc:
         raise TypeError("%s: expected a tensor (or something tf.convert_to_tensor accepts), got %s: %s"
                         % (what, type(value).__name__, exc)) from None
-    core_dtype(tensor.dtype)
+    try:
+        core_dtype(tensor.dtype)
+    except TypeError as exc:
+        raise TypeError("%s: %s" % (what, exc)) from None
     return tensor
 
 
@@ -81,7 +84,9 @@ def aligned(array: np.ndarray) -> np.ndarray:
 
 def host_view(tensor) -> np.ndarray:
     """A read-only view of an eager CPU tensor's memory (TF copies GPU tensors to host here)."""
-    return np.ascontiguousarray(np.asarray(tensor))
+    array = np.asarray(tensor)
+    # (np.ascontiguousarray would turn a scalar into shape (1,).)
+    return array if array.flags.c_contiguous else np.array(array, order="C")
 
 
 def from_core(raw: np.ndarray, shape, dtype) -> np.ndarray:

@@ -43,7 +43,8 @@ class HorovodGroupedAllreduce(Function):
 
 def _row_offsets(rows, process_set):
     """Where this rank's rows start in each of several allgather results (one small allgather)."""
-    counts = synchronize(_data_ops.allgather_async(torch.tensor([rows], dtype=torch.int64), None, process_set))
+    local = torch.tensor([rows], dtype=torch.int64)
+    counts = synchronize(_data_ops.allgather_async(local, None, process_set))
     return [int(v) for v in counts[:process_set.rank()].sum(dim=0).tolist()]
 
 

@@ -24,7 +24,8 @@ def _launch_allgather(tensor, core_name, process_set):
 
 def allgather_async(tensor, name=None, process_set=global_process_set):
     """Start concatenating every rank's ``tensor`` along dim 0 (which may differ per rank)."""
-    core_handle, src = _launch_allgather(tensor, _handles.op_name("allgather", name), process_set)
+    core_name = _handles.op_name("allgather", name, process_set)
+    core_handle, src = _launch_allgather(tensor, core_name, process_set)
     dtype, device = tensor.dtype, tensor.device
 
     def finish(results):
@@ -39,7 +40,7 @@ def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
     tensors = list(tensors)
     if not tensors:
         raise ValueError("grouped allgather needs at least one tensor")
-    base = _handles.op_name("grouped_allgather", name)
+    base = _handles.op_name("grouped_allgather", name, process_set)
     launched = [_launch_allgather(t, "%s.%dof%d" % (base, i, len(tensors)), process_set)
                 for i, t in enumerate(tensors)]
     metas = [(t.dtype, t.device) for t in tensors]
@@ -56,8 +57,8 @@ def _launch_broadcast(tensor, inplace, root_rank, name, process_set):
     src = _buffers.contiguous(tensor)
     out = src if inplace else torch.empty_like(src, memory_format=torch.contiguous_format)
     core_handle = _core.broadcast_async(
-        _handles.op_name("broadcast", name), src.data_ptr(), out.data_ptr(), dtype, tuple(out.shape),
-        int(root_rank), _handles.process_set_id(process_set))
+        _handles.op_name("broadcast", name, process_set), src.data_ptr(), out.data_ptr(), dtype,
+        tuple(out.shape), int(root_rank), _handles.process_set_id(process_set))
 
     def finish(_results):
         if inplace and out is not tensor:
@@ -94,11 +95,12 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
     """
     dtype = _buffers.check_tensor(tensor)
     if tensor.dim() == 0:
-        raise ValueError("alltoall splits along dimension 0, so it needs a tensor of at least one dimension")
+        raise ValueError("alltoall splits along dimension 0, so it needs a tensor of at least one "
+                         "dimension")
     src = _buffers.contiguous(tensor)
     core_handle = _core.alltoall_async(
-        _handles.op_name("alltoall", name), src.data_ptr(), dtype, tuple(src.shape), _splits_list(splits),
-        _handles.process_set_id(process_set))
+        _handles.op_name("alltoall", name, process_set), src.data_ptr(), dtype, tuple(src.shape),
+        _splits_list(splits), _handles.process_set_id(process_set))
     # As in Horovod: received splits take the dtype of the splits tensor given, else int32.
     splits_dtype = splits.dtype if isinstance(splits, torch.Tensor) else torch.int32
     out_dtype, device = tensor.dtype, tensor.device

@@ -17,8 +17,9 @@ _Pending = collections.namedtuple("_Pending", ["core_handles", "keep_alive", "fi
 _lock = threading.Lock()
 _pending = {}
 _next_handle = itertools.count(1)
-# Per op type, like Horovod's "allreduce.noname.<n>": ranks issuing unnamed ops in the same order
-# generate the same names, which is all the core needs to match them.
+# Per (op type, process set), like Horovod's "allreduce.noname.<n>": ranks issuing unnamed ops of
+# a process set in the same order generate the same names, which is all the core needs to match
+# them; ranks outside a set do not advance its counters.
 _noname_counters = collections.defaultdict(itertools.count)
 
 
@@ -31,11 +32,12 @@ def reset():
         _next_handle = itertools.count(1)
 
 
-def op_name(op_type, name):
+def op_name(op_type, name, process_set):
     """The core-level name of a ``op_type`` collective the user called ``name`` (or None)."""
     if name is None:
+        key = (op_type, process_set_id(process_set))
         with _lock:
-            n = next(_noname_counters[op_type])
+            n = next(_noname_counters[key])
         return "%s.noname.%d" % (op_type, n)
     return "%s.%s" % (op_type, name)
 

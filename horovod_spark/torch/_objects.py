@@ -25,7 +25,7 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set
     """Return root's ``obj`` (cloudpickled) on every rank; other ranks' ``obj`` is ignored."""
     # Unlike Horovod (name = type(obj).__name__, which differs when non-root ranks pass None),
     # unnamed calls get counter names that match across ranks.
-    base = name if name is not None else _handles.op_name("broadcast_object", None)
+    base = name if name is not None else _handles.op_name("broadcast_object", None, process_set)
     # root_rank counts within the process set, as the core's broadcast does.
     is_root = process_set.rank() == root_rank
     payload = _serialize(obj) if is_root else None
@@ -39,7 +39,7 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set
 
 def allgather_object(obj, name=None, process_set=global_process_set):
     """Return the list, by rank, of every rank's ``obj`` (cloudpickled)."""
-    base = name if name is not None else _handles.op_name("allgather_object", None)
+    base = name if name is not None else _handles.op_name("allgather_object", None, process_set)
     payload = _serialize(obj)
     size_handle = allgather_async(torch.tensor([payload.numel()], dtype=torch.int64),
                                   name=base + ".sz", process_set=process_set)

@@ -41,7 +41,8 @@ def handle_average_backwards_compatibility(op, average):
 def core_op(op):
     code = int(op)
     if code not in _VALID_OPS:
-        raise ValueError("unknown reduction op %r; use one of Average, Sum, Adasum, Min, Max, Product" % (op,))
+        raise ValueError("unknown reduction op %r; use one of Average, Sum, Adasum, Min, Max, Product"
+                         % (op,))
     return code
 
 
@@ -50,8 +51,9 @@ def _launch_allreduce(tensor, inplace, name, op, prescale_factor, postscale_fact
     src = _buffers.contiguous(tensor)
     out = src if inplace else torch.empty_like(src, memory_format=torch.contiguous_format)
     core_handle = _core.allreduce_async(
-        _handles.op_name("allreduce", name), src.data_ptr(), out.data_ptr(), dtype, tuple(src.shape),
-        core_op(op), float(prescale_factor), float(postscale_factor), _handles.process_set_id(process_set))
+        _handles.op_name("allreduce", name, process_set), src.data_ptr(), out.data_ptr(), dtype,
+        tuple(src.shape), core_op(op), float(prescale_factor), float(postscale_factor),
+        _handles.process_set_id(process_set))
 
     def finish(_results):
         if inplace and out is not tensor:
@@ -84,7 +86,7 @@ def _launch_grouped_allreduce(tensors, inplace, name, op, prescale_factor, posts
     dtypes = [_buffers.check_tensor(t) for t in tensors]
     srcs = [_buffers.contiguous(t) for t in tensors]
     outs = srcs if inplace else [torch.empty_like(s, memory_format=torch.contiguous_format) for s in srcs]
-    base = _handles.op_name("grouped_allreduce", name)
+    base = _handles.op_name("grouped_allreduce", name, process_set)
     count = len(tensors)
     ps_id = _handles.process_set_id(process_set)
     # The core fuses a group of one dtype; a mixed list becomes one group per dtype, each atomic.
@@ -139,7 +141,7 @@ def reducescatter_async(tensor, name=None, op=Average, process_set=global_proces
                         prescale_factor=1.0, postscale_factor=1.0):
     """Start reducing ``tensor`` and scattering dim 0: this rank gets its block (earlier ranks get
     the remainder of an uneven split)."""
-    core_handle, src = _launch_reducescatter(tensor, _handles.op_name("reducescatter", name), op,
+    core_handle, src = _launch_reducescatter(tensor, _handles.op_name("reducescatter", name, process_set), op,
                                              prescale_factor, postscale_factor, process_set)
     dtype, device = tensor.dtype, tensor.device
 
@@ -156,7 +158,7 @@ def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=glob
     tensors = list(tensors)
     if not tensors:
         raise ValueError("grouped reducescatter needs at least one tensor")
-    base = _handles.op_name("grouped_reducescatter", name)
+    base = _handles.op_name("grouped_reducescatter", name, process_set)
     launched = [_launch_reducescatter(t, "%s.%dof%d" % (base, i, len(tensors)), op, prescale_factor,
                                       postscale_factor, process_set)
                 for i, t in enumerate(tensors)]
@@ -176,7 +178,7 @@ def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
     tensor; duplicate indices from different ranks add up when the result is coalesced.
     """
     t = tensor.coalesce()
-    base = name if name is not None else _handles.op_name("sparse_allreduce", None)
+    base = name if name is not None else _handles.op_name("sparse_allreduce", None, process_set)
     indices_handle = allgather_async(t.indices().t().contiguous(), name="%s.indices" % base,
                                      process_set=process_set)
     values_handle = allgather_async(t.values(), name="%s.values" % base, process_set=process_set)
@@ -186,6 +188,7 @@ def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
         indices = synchronize(indices_handle)
         if int(op) == int(Average):
             values = values / process_set.size()
-        return torch.sparse_coo_tensor(indices.t(), values, t.size())
+        # Every index came from a valid sparse tensor of this shape; re-checking costs a pass.
+        return torch.sparse_coo_tensor(indices.t(), values, t.size(), check_invariants=False)
 
     return wait

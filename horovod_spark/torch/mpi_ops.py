@@ -6,9 +6,9 @@ leave their input unchanged and are differentiable; those with one work in place
 """
 from horovod_spark.common import basics as _basics
 from horovod_spark.common.basics import (cross_rank, cross_size, cuda_built, gloo_built, gloo_enabled,
-                                         is_initialized, local_rank, local_size, mpi_built, mpi_enabled,
-                                         mpi_threads_supported, nccl_built, rank, size, start_timeline,
-                                         stop_timeline)
+                                         is_homogeneous, is_initialized, local_rank, local_size, mpi_built,
+                                         mpi_enabled, mpi_threads_supported, nccl_built, rank, size,
+                                         start_timeline, stop_timeline)
 from horovod_spark.common.exceptions import HorovodInternalError
 from horovod_spark.common.process_sets import (ProcessSet, add_process_set, global_process_set,
                                                remove_process_set)
@@ -119,9 +119,9 @@ def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=A
 
 
 __all__ = [
-    "init", "shutdown", "is_initialized", "size", "rank", "local_size", "local_rank", "cross_size",
-    "cross_rank", "mpi_threads_supported", "mpi_enabled", "mpi_built", "gloo_enabled", "gloo_built",
-    "nccl_built", "cuda_built", "ddl_built", "ccl_built", "rocm_built", "start_timeline",
+    "init", "shutdown", "is_initialized", "is_homogeneous", "size", "rank", "local_size", "local_rank",
+    "cross_size", "cross_rank", "mpi_threads_supported", "mpi_enabled", "mpi_built", "gloo_enabled",
+    "gloo_built", "nccl_built", "cuda_built", "ddl_built", "ccl_built", "rocm_built", "start_timeline",
     "stop_timeline", "ProcessSet", "global_process_set", "add_process_set", "remove_process_set",
     "Average", "Sum", "Adasum", "Min", "Max", "Product", "Compression", "HorovodInternalError",
     "allreduce", "allreduce_", "allreduce_async", "allreduce_async_", "grouped_allreduce",

@@ -83,7 +83,6 @@ class _DistributedOptimizer:
         # value: (handle or None while gradients still accumulate locally, compression contexts)
         self._handles = {}
         self._requires_update = []
-        self._hook_handles = []
         self._synchronized = False
         self._should_synchronize = True
         self._groups = validate_groups(groups)
@@ -102,27 +101,24 @@ class _DistributedOptimizer:
                 for p in group:
                     self._param_group[p] = group
                 self._ready_in_group[group] = set()
-        ref = weakref.ref(self)
         for p in trainable:
-            self._requires_update.append(p)
-            handle = p.register_post_accumulate_grad_hook(_on_grad_ready(ref, p))
-            self._hook_handles.append(handle)
-            weakref.finalize(self, handle.remove)
+            self._watch(p)
+
+    def _watch(self, p):
+        self._requires_update.append(p)
+        handle = p.register_post_accumulate_grad_hook(_on_grad_ready(weakref.ref(self), p))
+        weakref.finalize(self, handle.remove)
 
     def add_param_group(self, param_group):
         super().add_param_group(param_group)
         if getattr(self, "_distributed", False):
             # Unlike Horovod, parameters added after wrapping (e.g. unfrozen layers) are averaged too.
             index = len(self.param_groups) - 1
-            ref = weakref.ref(self)
             for j, p in enumerate(self.param_groups[-1]["params"]):
                 self._parameter_names.setdefault(p, "allreduce.noname.%d.%d" % (index, j))
                 self._allreduce_delay[p] = self.backward_passes_per_step
                 if p.requires_grad:
-                    self._requires_update.append(p)
-                    handle = p.register_post_accumulate_grad_hook(_on_grad_ready(ref, p))
-                    self._hook_handles.append(handle)
-                    weakref.finalize(self, handle.remove)
+                    self._watch(p)
 
     def set_backward_passes_per_step(self, passes):
         self.backward_passes_per_step = passes

@@ -103,7 +103,8 @@ def broadcast_optimizer_state(optimizer, root_rank, process_set=global_process_s
     if not is_root:
         slots = sorted(_slots(layout, []), key=lambda s: s.index)
         tensors = [torch.empty(s.shape, dtype=s.dtype) for s in slots]
-    handles = [broadcast_async_(t, root_rank, name="broadcast_optimizer_state.%d" % i, process_set=process_set)
+    handles = [broadcast_async_(t, root_rank, name="broadcast_optimizer_state.%d" % i,
+                                process_set=process_set)
                for i, t in enumerate(tensors)]
     for handle in handles:
         synchronize(handle)

@@ -50,8 +50,9 @@ void allreduce_ring(Group& g, const void* in, void* out, size_t count, DataType 
   const auto lanes = make_lanes(even_partition(count, g.size()), g.size(),
                                 count * es >= tuning::kBidirectionalRingBytes);
   char* base = static_cast<char*>(out);
-  ring_reduce_scatter(g, lanes, static_cast<const char*>(in), dtype, op,
-                      [&](size_t l, int owner) { return base + lanes[l].seg[size_t(owner)].offset * es; });
+  ring_reduce_scatter(g, lanes, static_cast<const char*>(in), dtype, op, [&](size_t l, int owner) {
+    return base + lanes[l].seg[size_t(owner)].offset * es;
+  });
   ring_allgather(g, lanes, base, es);
 }
 

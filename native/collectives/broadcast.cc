@@ -35,8 +35,8 @@ void broadcast_direct(Group& g, char* buf, size_t bytes, int root) {
 }
 
 size_t chain_chunk(size_t bytes, int n) {
-  const double ideal = std::sqrt(double(bytes) * double(tuning::kLatencyBandwidthBytes) /
-                                 double(n - 2));
+  const double ideal =
+      std::sqrt(double(bytes) * double(tuning::kLatencyBandwidthBytes) / double(n - 2));
   return std::clamp(size_t(ideal), tuning::kMinBroadcastChunk, tuning::kMaxBroadcastChunk);
 }
 

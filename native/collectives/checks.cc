@@ -23,8 +23,10 @@ void check_dtype(DataType dtype, const char* who) {
 
 void check_reduce_op(ReduceOp op, const char* who) {
   switch (op) {
-    case ReduceOp::kSum: case ReduceOp::kMin: case ReduceOp::kMax: case ReduceOp::kProduct:
-      return;
+    case ReduceOp::kSum:
+    case ReduceOp::kMin:
+    case ReduceOp::kMax:
+    case ReduceOp::kProduct: return;
     case ReduceOp::kAverage:
       throw CollectiveError(std::string(who) +
                             ": op Average must be applied by the caller as Sum then scale");
@@ -43,8 +45,8 @@ void check_per_rank(const std::vector<size_t>& v, int n, const char* who, const 
 
 void check_buffer(const void* p, size_t bytes, const char* who, const char* what) {
   if (p == nullptr && bytes > 0) {
-    throw CollectiveError(std::string(who) + ": " + what + " is null but " +
-                          std::to_string(bytes) + " bytes were requested");
+    throw CollectiveError(std::string(who) + ": " + what + " is null but " + std::to_string(bytes) +
+                          " bytes were requested");
   }
 }
 

@@ -32,8 +32,8 @@ using SegmentPlace = std::function<char*(size_t lane, int owner)>;
 // with the not-yet-reduced local data read from `in`, so no copy of `in` is ever made.
 // Segment s accumulates in ring order s+dir, s+2dir, ..., s: fixed for a given layout, so the
 // result does not depend on timing. Units are elements of `dtype`.
-void ring_reduce_scatter(Group& g, const std::vector<Lane>& lanes, const char* in,
-                         DataType dtype, ReduceOp op, const SegmentPlace& place);
+void ring_reduce_scatter(Group& g, const std::vector<Lane>& lanes, const char* in, DataType dtype,
+                         ReduceOp op, const SegmentPlace& place);
 
 // Allgather: buf (units of `unit` bytes) holds this rank's segments of every lane; afterwards
 // it holds all of them, each a verbatim copy of its owner's bytes.

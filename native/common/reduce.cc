@@ -43,21 +43,29 @@ struct LogicalAnd {
 };
 
 template <class T, bool = std::is_integral_v<T>>
-struct WideOf { using type = T; };
+struct WideOf {
+  using type = T;
+};
 template <class T>
-struct WideOf<T, true> { using type = std::make_unsigned_t<T>; };
+struct WideOf<T, true> {
+  using type = std::make_unsigned_t<T>;
+};
 template <class T>
 using Wide = typename WideOf<T>::type;  // unsigned for integers: wrap-around is defined
 
 struct SumOp {
   using BoolOp = LogicalOr;
   template <class T>
-  T operator()(T a, T b) const { return T(Wide<T>(a) + Wide<T>(b)); }
+  T operator()(T a, T b) const {
+    return T(Wide<T>(a) + Wide<T>(b));
+  }
 };
 struct ProductOp {
   using BoolOp = LogicalAnd;
   template <class T>
-  T operator()(T a, T b) const { return T(Wide<T>(a) * Wide<T>(b)); }
+  T operator()(T a, T b) const {
+    return T(Wide<T>(a) * Wide<T>(b));
+  }
 };
 // Min/Max propagate NaN like torch.minimum/maximum (a NaN gradient must not vanish). The first
 // select is exactly MINPS/MAXPS, which already returns `a` when a is NaN; only a NaN in b needs
@@ -85,8 +93,8 @@ struct MaxOp {
 // always_inline so that each body is compiled inside (and for the target of) its caller.
 
 template <class T, class F>
-HS_ALWAYS_INLINE void body_distinct(T* __restrict d, const T* __restrict a,
-                                    const T* __restrict b, size_t n, F f) {
+HS_ALWAYS_INLINE void body_distinct(T* __restrict d, const T* __restrict a, const T* __restrict b,
+                                    size_t n, F f) {
   for (size_t i = 0; i < n; ++i) d[i] = f(a[i], b[i]);
 }
 template <class T, class F>
@@ -102,8 +110,7 @@ HS_ALWAYS_INLINE void body_into_b(T* __restrict d, const T* __restrict a, size_t
 constexpr size_t kHalfBlock = 1024;
 
 template <class H, class F>
-HS_ALWAYS_INLINE void body_half(uint16_t* d, const uint16_t* a, const uint16_t* b, size_t n,
-                                F f) {
+HS_ALWAYS_INLINE void body_half(uint16_t* d, const uint16_t* a, const uint16_t* b, size_t n, F f) {
   alignas(64) float fa[kHalfBlock];
   alignas(64) float fb[kHalfBlock];
   // Each block is read whole before it is written, so d may alias a or b.
@@ -167,21 +174,33 @@ struct SoftBf16 {
 struct Generic {
   using Fp16 = SoftFp16;
   template <class T, class F>
-  static void distinct(T* d, const T* a, const T* b, size_t n, F f) { body_distinct(d, a, b, n, f); }
+  static void distinct(T* d, const T* a, const T* b, size_t n, F f) {
+    body_distinct(d, a, b, n, f);
+  }
   template <class T, class F>
-  static void into_a(T* d, const T* b, size_t n, F f) { body_into_a(d, b, n, f); }
+  static void into_a(T* d, const T* b, size_t n, F f) {
+    body_into_a(d, b, n, f);
+  }
   template <class T, class F>
-  static void into_b(T* d, const T* a, size_t n, F f) { body_into_b(d, a, n, f); }
+  static void into_b(T* d, const T* a, size_t n, F f) {
+    body_into_b(d, a, n, f);
+  }
   template <class H, class F>
   static void half(uint16_t* d, const uint16_t* a, const uint16_t* b, size_t n, F f) {
     body_half<H>(d, a, b, n, f);
   }
   template <class T>
-  static void scale_float(T* p, size_t n, T f) { body_scale_float(p, n, f); }
+  static void scale_float(T* p, size_t n, T f) {
+    body_scale_float(p, n, f);
+  }
   template <class T, class S>
-  static void scale_int(T* p, size_t n, S f, S lo, S hi) { body_scale_int(p, n, f, lo, hi); }
+  static void scale_int(T* p, size_t n, S f, S lo, S hi) {
+    body_scale_int(p, n, f, lo, hi);
+  }
   template <class H>
-  static void scale_half(uint16_t* p, size_t n, float f) { body_scale_half<H>(p, n, f); }
+  static void scale_half(uint16_t* p, size_t n, float f) {
+    body_scale_half<H>(p, n, f);
+  }
 };
 
 #ifdef HS_REDUCE_AVX2
@@ -211,16 +230,22 @@ struct Avx2 {
     body_distinct(d, a, b, n, f);
   }
   template <class T, class F>
-  HS_TARGET_AVX2 static void into_a(T* d, const T* b, size_t n, F f) { body_into_a(d, b, n, f); }
+  HS_TARGET_AVX2 static void into_a(T* d, const T* b, size_t n, F f) {
+    body_into_a(d, b, n, f);
+  }
   template <class T, class F>
-  HS_TARGET_AVX2 static void into_b(T* d, const T* a, size_t n, F f) { body_into_b(d, a, n, f); }
+  HS_TARGET_AVX2 static void into_b(T* d, const T* a, size_t n, F f) {
+    body_into_b(d, a, n, f);
+  }
   template <class H, class F>
   HS_TARGET_AVX2 static void half(uint16_t* d, const uint16_t* a, const uint16_t* b, size_t n,
                                   F f) {
     body_half<H>(d, a, b, n, f);
   }
   template <class T>
-  HS_TARGET_AVX2 static void scale_float(T* p, size_t n, T f) { body_scale_float(p, n, f); }
+  HS_TARGET_AVX2 static void scale_float(T* p, size_t n, T f) {
+    body_scale_float(p, n, f);
+  }
   template <class T, class S>
   HS_TARGET_AVX2 static void scale_int(T* p, size_t n, S f, S lo, S hi) {
     body_scale_int(p, n, f, lo, hi);
@@ -322,7 +347,7 @@ void scale_isa(void* buf, size_t n, DataType dtype, double factor) {
   switch (dtype) {
     case DataType::kUInt8: return scale_int_typed<Isa, uint8_t>(buf, n, ff);
     case DataType::kInt8: return scale_int_typed<Isa, int8_t>(buf, n, ff);
-    case DataType::kInt32: return scale_int_typed<Isa, int32_t>(buf, n, ff);
+    case DataType::kInt32: return scale_int_typed<Isa, int32_t>(buf, n, factor);
     case DataType::kInt64: return scale_int_typed<Isa, int64_t>(buf, n, factor);
     case DataType::kFloat16: return Isa::template scale_half<typename Isa::Fp16>(p16, n, ff);
     case DataType::kBFloat16: return Isa::template scale_half<SoftBf16>(p16, n, ff);
@@ -349,8 +374,8 @@ void reduce_buffers(void* dst, const void* a, const void* b, size_t count, DataT
 void scale_buffer(void* buf, size_t count, DataType dtype, double factor) {
   if (factor == 1.0) return;
   if (!dtype_is_float(dtype) && !std::isfinite(factor)) {
-    throw CollectiveError(std::string("scale_buffer: non-finite factor ") +
-                          std::to_string(factor) + " for integer dtype " + dtype_name(dtype));
+    throw CollectiveError(std::string("scale_buffer: non-finite factor ") + std::to_string(factor) +
+                          " for integer dtype " + dtype_name(dtype));
   }
 #ifdef HS_REDUCE_AVX2
   if (cpu_has_avx2_f16c()) return scale_isa<Avx2>(buf, count, dtype, factor);

@@ -12,7 +12,7 @@ namespace hs {
 void reduce_buffers(void* dst, const void* a, const void* b, size_t count, DataType dtype,
                     ReduceOp op);
 
-// buf[i] *= factor, computed in double for 64-bit types and float otherwise; integer results are
+// buf[i] *= factor, computed in double for int32/int64/float64 and float otherwise; integers are
 // rounded toward zero (Horovod's behaviour for integer Average). No-op when factor == 1.
 void scale_buffer(void* buf, size_t count, DataType dtype, double factor);
 

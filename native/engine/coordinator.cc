@@ -115,6 +115,12 @@ void Coordinator::validate(const Pending& p, const std::vector<int32_t>& ranks, 
     } else if (m.shape != first.shape) {
       return mismatch("shape", r, shape_text(first.shape), shape_text(m.shape));
     }
+    if ((m.type == OpType::kAllreduce || m.type == OpType::kReducescatter) &&
+        m.dtype == DataType::kBool && m.op == ReduceOp::kAverage) {
+      out->error = std::string(op) + " of '" + first.name +
+                   "': op=Average is undefined for bool tensors; use Sum (logical or), Min or Max";
+      return;
+    }
     if (first.type == OpType::kAllreduce || first.type == OpType::kReducescatter) {
       if (m.op != first.op)
         return mismatch("reduce op", r, reduce_op_name(first.op), reduce_op_name(m.op));

@@ -20,7 +20,7 @@ std::unique_ptr<Engine> g_engine;
 
 Engine& engine() {
   std::lock_guard<std::mutex> l(g_mu);
-  if (!g_engine) throw std::runtime_error("horovod_spark has not been initialized; call hvd.init() first");
+  if (!g_engine) throw py::value_error("horovod_spark has not been initialized; call hvd.init() first");
   return *g_engine;
 }
 

@@ -55,9 +55,9 @@ uint32_t round_to_format(double a, int mant, int bias, int emax_field) {
   std::frexp(a, &e);
   e -= 1;  // a = 1.f * 2^e
   if (a == 0) return 0;
-  if (e < emin) e = emin;  // subnormal: fixed quantum 2^(emin - mant)
+  if (e < emin) e = emin;                              // subnormal: fixed quantum 2^(emin - mant)
   double q = std::nearbyint(std::ldexp(a, mant - e));  // default rounding: to nearest even
-  if (q >= std::ldexp(1.0, mant + 1)) {                 // rounded up to the next binade
+  if (q >= std::ldexp(1.0, mant + 1)) {                // rounded up to the next binade
     q /= 2;
     e += 1;
   }
@@ -88,7 +88,9 @@ void test_conversions() {
   for (uint32_t h = 0; h < 65536; ++h) {
     const float got = hs::half_to_float(uint16_t(h));
     const double want = half_value(uint16_t(h));
-    if (!(std::isnan(want) ? std::isnan(got) : double(got) == want && std::signbit(got) == std::signbit(want))) ++bad;
+    if (!(std::isnan(want) ? std::isnan(got)
+                           : double(got) == want && std::signbit(got) == std::signbit(want)))
+      ++bad;
     if (std::isnan(got) && hs::float_to_half(got) != (h | 0x200)) ++bad;  // NaN payload round trip
     if (!std::isnan(got) && hs::float_to_half(got) != h) ++bad;           // exact round trip
   }
@@ -108,8 +110,9 @@ void test_conversions() {
     }
   }
   // Ties and the overflow edge, which a sparse sweep may miss.
-  const float edges[] = {65504.0f, 65519.99f, 65520.0f, 65536.0f, 0x1p-25f, 0x1.8p-25f, 0x1p-24f, 0x1.8p-24f,
-                         0x1.ffcp-15f, 0x1.ffep-15f, 1.00048828125f, 1.00146484375f, 3.0e38f, 0x1.fffffep127f};
+  const float edges[] = {65504.0f,       65519.99f,      65520.0f,   65536.0f,       0x1p-25f,
+                         0x1.8p-25f,     0x1p-24f,       0x1.8p-24f, 0x1.ffcp-15f,   0x1.ffep-15f,
+                         1.00048828125f, 1.00146484375f, 3.0e38f,    0x1.fffffep127f};
   for (float f : edges) {
     for (float s : {f, -f}) {
       bad += hs::float_to_half(s) != ref_float_to_half(s);
@@ -118,7 +121,8 @@ void test_conversions() {
   }
   expect(bad == 0, "float_to_half: " + std::to_string(bad) + " mismatches");
   expect(bad_bf == 0, "float_to_bfloat16: " + std::to_string(bad_bf) + " mismatches");
-  expect(hs::float_to_half(1.0f) == 0x3c00 && hs::float_to_bfloat16(1.0f) == 0x3f80, "1.0 encodings");
+  expect(hs::float_to_half(1.0f) == 0x3c00 && hs::float_to_bfloat16(1.0f) == 0x3f80,
+         "1.0 encodings");
 
   // The array forms (vectorised) must agree with the scalar forms, tails included.
   std::vector<uint16_t> h(1037), h2(1037);
@@ -140,8 +144,9 @@ void test_conversions() {
 
 // ---- reduce_buffers --------------------------------------------------------------------------
 
-const DataType kTypes[] = {DataType::kUInt8, DataType::kInt8, DataType::kInt32, DataType::kInt64, DataType::kFloat16,
-                           DataType::kBFloat16, DataType::kFloat32, DataType::kFloat64, DataType::kBool};
+const DataType kTypes[] = {DataType::kUInt8,   DataType::kInt8,    DataType::kInt32,
+                           DataType::kInt64,   DataType::kFloat16, DataType::kBFloat16,
+                           DataType::kFloat32, DataType::kFloat64, DataType::kBool};
 const ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProduct};
 
 template <class T>
@@ -179,10 +184,11 @@ void ref_element(DataType dt, ReduceOp op, const char* a, const char* b, char* o
     case DataType::kFloat32: return st(ref_float_op(op, ld(a, float()), ld(b, float())));
     case DataType::kFloat64: return st(ref_float_op(op, ld(a, double()), ld(b, double())));
     case DataType::kFloat16:
-      return st(hs::float_to_half(ref_float_op(op, hs::half_to_float(ld(a, uint16_t())), hs::half_to_float(ld(b, uint16_t())))));
+      return st(hs::float_to_half(ref_float_op(op, hs::half_to_float(ld(a, uint16_t())),
+                                               hs::half_to_float(ld(b, uint16_t())))));
     case DataType::kBFloat16:
-      return st(hs::float_to_bfloat16(
-          ref_float_op(op, hs::bfloat16_to_float(ld(a, uint16_t())), hs::bfloat16_to_float(ld(b, uint16_t())))));
+      return st(hs::float_to_bfloat16(ref_float_op(op, hs::bfloat16_to_float(ld(a, uint16_t())),
+                                                   hs::bfloat16_to_float(ld(b, uint16_t())))));
     case DataType::kBool: {
       const bool x = ld(a, uint8_t()) != 0, y = ld(b, uint8_t()) != 0;
       const bool any = op == ReduceOp::kSum || op == ReduceOp::kMax;
@@ -212,14 +218,32 @@ std::vector<char> random_elems(DataType dt, size_t n, uint64_t seed) {
     const uint64_t r = mix(seed * 7919 + i);
     char* p = v.data() + i * es;
     const double u = double(r >> 11) * 0x1p-53;
-    const double specials[] = {NAN, INFINITY, -INFINITY, 0.0, -0.0, 1e-40, 3e-8, 70000.0, 1e300, -1.0};
-    const double x = (r & 3) == 0 ? specials[(r >> 2) % 10] : (u * 2 - 1) * double(1 << ((r >> 5) % 8));
+    const double specials[] = {NAN,   INFINITY, -INFINITY, 0.0,   -0.0,
+                               1e-40, 3e-8,     70000.0,   1e300, -1.0};
+    const double x =
+        (r & 3) == 0 ? specials[(r >> 2) % 10] : (u * 2 - 1) * double(1 << ((r >> 5) % 8));
     switch (dt) {
-      case DataType::kFloat16: { const uint16_t h = hs::float_to_half(float(x)); std::memcpy(p, &h, 2); break; }
-      case DataType::kBFloat16: { const uint16_t h = hs::float_to_bfloat16(float(x)); std::memcpy(p, &h, 2); break; }
-      case DataType::kFloat32: { const float f = float(x); std::memcpy(p, &f, 4); break; }
+      case DataType::kFloat16: {
+        const uint16_t h = hs::float_to_half(float(x));
+        std::memcpy(p, &h, 2);
+        break;
+      }
+      case DataType::kBFloat16: {
+        const uint16_t h = hs::float_to_bfloat16(float(x));
+        std::memcpy(p, &h, 2);
+        break;
+      }
+      case DataType::kFloat32: {
+        const float f = float(x);
+        std::memcpy(p, &f, 4);
+        break;
+      }
       case DataType::kFloat64: std::memcpy(p, &x, 8); break;
-      case DataType::kBool: { const uint8_t b = uint8_t((r >> 8) % 4 == 0 ? 0 : (r >> 8) % 4 == 1 ? 1 : (r >> 16)); std::memcpy(p, &b, 1); break; }
+      case DataType::kBool: {
+        const uint8_t b = uint8_t((r >> 8) % 4 == 0 ? 0 : (r >> 8) % 4 == 1 ? 1 : (r >> 16));
+        std::memcpy(p, &b, 1);
+        break;
+      }
       default: std::memcpy(p, &r, es);  // integers: every bit pattern, overflow included
     }
   }
@@ -227,7 +251,8 @@ std::vector<char> random_elems(DataType dt, size_t n, uint64_t seed) {
 }
 
 void test_reduce() {
-  const size_t lengths[] = {0, 1, 2, 3, 7, 8, 15, 16, 17, 31, 33, 63, 65, 1023, 1024, 1025, 2049, 4099};
+  const size_t lengths[] = {0,  1,  2,  3,  7,    8,    15,   16,   17,
+                            31, 33, 63, 65, 1023, 1024, 1025, 2049, 4099};
   enum Alias { kDistinct, kIntoA, kIntoB, kSameInputs, kAllSame };
   const char* alias_name[] = {"distinct", "dst==a", "dst==b", "a==b", "dst==a==b"};
   for (DataType dt : kTypes) {
@@ -239,7 +264,8 @@ void test_reduce() {
           std::vector<char> a = random_elems(dt, n, seed), b = random_elems(dt, n, seed + 1);
           if (alias == kSameInputs || alias == kAllSame) b = a;
           std::vector<char> want(n * es);
-          for (size_t i = 0; i < n; ++i) ref_element(dt, op, a.data() + i * es, b.data() + i * es, want.data() + i * es);
+          for (size_t i = 0; i < n; ++i)
+            ref_element(dt, op, a.data() + i * es, b.data() + i * es, want.data() + i * es);
           // Offset by one element inside a larger buffer: misaligned pointers, like the ring's.
           std::vector<char> da(a.size() + es), db(b.size() + es), dd(n * es + es, char(0x77));
           std::memcpy(da.data() + es, a.data(), a.size());
@@ -256,12 +282,13 @@ void test_reduce() {
           for (size_t i = 0; i < n; ++i) {
             const char* g = pd + i * es;
             const char* w = want.data() + i * es;
-            const bool ok = std::memcmp(g, w, es) == 0 || (is_nan_elem(dt, g) && is_nan_elem(dt, w));
+            const bool ok =
+                std::memcmp(g, w, es) == 0 || (is_nan_elem(dt, g) && is_nan_elem(dt, w));
             bad += !ok;
           }
-          expect(bad == 0, std::string("reduce_buffers ") + hs::dtype_name(dt) + " " + hs::reduce_op_name(op) +
-                               " n=" + std::to_string(n) + " " + alias_name[alias] + ": " + std::to_string(bad) +
-                               " wrong elements");
+          expect(bad == 0, std::string("reduce_buffers ") + hs::dtype_name(dt) + " " +
+                               hs::reduce_op_name(op) + " n=" + std::to_string(n) + " " +
+                               alias_name[alias] + ": " + std::to_string(bad) + " wrong elements");
           if (alias == kDistinct) expect(dd[0] == char(0x77), "reduce_buffers wrote before dst");
         }
       }
@@ -297,7 +324,8 @@ void test_scale() {
     for (double f : factors) {
       for (size_t n : {size_t(0), size_t(1), size_t(17), size_t(1030)}) {
         std::vector<char> buf = random_elems(dt, n, uint64_t(dt) * 31 + n);
-        if (dt == DataType::kBool) for (auto& c : buf) c = c != 0;
+        if (dt == DataType::kBool)
+          for (auto& c : buf) c = c != 0;
         const std::vector<char> orig = buf;
         hs::scale_buffer(buf.data(), n, dt, f);
         size_t bad = 0;
@@ -305,25 +333,33 @@ void test_scale() {
         for (size_t i = 0; i < n; ++i) {
           const char* p = orig.data() + i * es;
           char want[8];
-          auto ld = [p](auto v) { std::memcpy(&v, p, sizeof v); return v; };
+          auto ld = [p](auto v) {
+            std::memcpy(&v, p, sizeof v);
+            return v;
+          };
           auto st = [&want](auto v) { std::memcpy(want, &v, sizeof v); };
           std::memcpy(want, p, es);  // factor 1 is documented as a no-op
           if (f != 1.0) switch (dt) {
-            case DataType::kUInt8: st(ref_scale_int(ld(uint8_t()), ff)); break;
-            case DataType::kInt8: st(ref_scale_int(ld(int8_t()), ff)); break;
-            case DataType::kInt32: st(ref_scale_int(ld(int32_t()), ff)); break;
-            case DataType::kInt64: st(ref_scale_int(ld(int64_t()), f)); break;
-            case DataType::kFloat16: st(hs::float_to_half(hs::half_to_float(ld(uint16_t())) * ff)); break;
-            case DataType::kBFloat16: st(hs::float_to_bfloat16(hs::bfloat16_to_float(ld(uint16_t())) * ff)); break;
-            case DataType::kFloat32: st(ld(float()) * ff); break;
-            case DataType::kFloat64: st(ld(double()) * f); break;
-            case DataType::kBool: st(uint8_t(ld(uint8_t()) != 0 && std::fabs(ff) >= 1.0f)); break;
-          }
+              case DataType::kUInt8: st(ref_scale_int(ld(uint8_t()), ff)); break;
+              case DataType::kInt8: st(ref_scale_int(ld(int8_t()), ff)); break;
+              case DataType::kInt32: st(ref_scale_int(ld(int32_t()), f)); break;
+              case DataType::kInt64: st(ref_scale_int(ld(int64_t()), f)); break;
+              case DataType::kFloat16:
+                st(hs::float_to_half(hs::half_to_float(ld(uint16_t())) * ff));
+                break;
+              case DataType::kBFloat16:
+                st(hs::float_to_bfloat16(hs::bfloat16_to_float(ld(uint16_t())) * ff));
+                break;
+              case DataType::kFloat32: st(ld(float()) * ff); break;
+              case DataType::kFloat64: st(ld(double()) * f); break;
+              case DataType::kBool: st(uint8_t(ld(uint8_t()) != 0 && std::fabs(ff) >= 1.0f)); break;
+            }
           const char* g = buf.data() + i * es;
           bad += !(std::memcmp(g, want, es) == 0 || (is_nan_elem(dt, g) && is_nan_elem(dt, want)));
         }
-        expect(bad == 0, std::string("scale_buffer ") + hs::dtype_name(dt) + " factor=" + std::to_string(f) +
-                             " n=" + std::to_string(n) + ": " + std::to_string(bad) + " wrong elements");
+        expect(bad == 0, std::string("scale_buffer ") + hs::dtype_name(dt) +
+                             " factor=" + std::to_string(f) + " n=" + std::to_string(n) + ": " +
+                             std::to_string(bad) + " wrong elements");
       }
     }
   }

@@ -48,7 +48,9 @@ class World {
     bool done = false;
     std::vector<char> eager_copy;
   };
-  std::deque<std::shared_ptr<Message>>& box(int from, int to) { return boxes_[size_t(from * n_ + to)]; }
+  std::deque<std::shared_ptr<Message>>& box(int from, int to) {
+    return boxes_[size_t(from * n_ + to)];
+  }
 
   int n_;
   std::mutex mu_;
@@ -115,20 +117,22 @@ inline std::string World::failure() {
 }
 
 inline void ThreadGroup::validate(const std::vector<hs::SendSpec>& sends,
-                           const std::vector<hs::RecvSpec>& recvs) {
+                                  const std::vector<hs::RecvSpec>& recvs) {
   const int n = size();
   auto violation = [&](const std::string& what) {
     throw std::logic_error("rank " + std::to_string(rank_) + ": Group contract violation: " + what);
   };
   std::vector<int> send_to(size_t(n), 0), recv_from(size_t(n), 0);
   for (const auto& s : sends) {
-    if (s.peer < 0 || s.peer >= n || s.peer == rank_) violation("send to peer " + std::to_string(s.peer));
+    if (s.peer < 0 || s.peer >= n || s.peer == rank_)
+      violation("send to peer " + std::to_string(s.peer));
     if (++send_to[size_t(s.peer)] > 1) violation("two sends to peer " + std::to_string(s.peer));
     if (s.data == nullptr && s.bytes > 0) violation("null send buffer");
   }
   for (size_t i = 0; i < recvs.size(); ++i) {
     const auto& r = recvs[i];
-    if (r.peer < 0 || r.peer >= n || r.peer == rank_) violation("recv from peer " + std::to_string(r.peer));
+    if (r.peer < 0 || r.peer >= n || r.peer == rank_)
+      violation("recv from peer " + std::to_string(r.peer));
     if (++recv_from[size_t(r.peer)] > 1) violation("two recvs from peer " + std::to_string(r.peer));
     if (r.dest == nullptr && r.bytes > 0) violation("null recv buffer");
     if (r.mode == hs::RecvMode::kReduce) {
@@ -143,7 +147,8 @@ inline void ThreadGroup::validate(const std::vector<hs::SendSpec>& sends,
     }
     for (size_t j = 0; j < recvs.size(); ++j) {
       if (j == i) continue;
-      if (detail::overlap(r.dest, r.bytes, recvs[j].dest, recvs[j].bytes)) violation("overlapping recvs");
+      if (detail::overlap(r.dest, r.bytes, recvs[j].dest, recvs[j].bytes))
+        violation("overlapping recvs");
       if (recvs[j].mode == hs::RecvMode::kReduce && recvs[j].local != recvs[j].dest &&
           detail::overlap(r.dest, r.bytes, recvs[j].local, recvs[j].bytes)) {
         violation("recv overwrites another recv's kReduce local input");
@@ -166,7 +171,7 @@ inline void ThreadGroup::wait(std::unique_lock<std::mutex>& lk, const char* what
 }
 
 inline void ThreadGroup::exchange(const std::vector<hs::SendSpec>& sends,
-                           const std::vector<hs::RecvSpec>& recvs) {
+                                  const std::vector<hs::RecvSpec>& recvs) {
   ++exchanges_;
   validate(sends, recvs);
   std::vector<std::shared_ptr<World::Message>> rendezvous;
@@ -193,7 +198,8 @@ inline void ThreadGroup::exchange(const std::vector<hs::SendSpec>& sends,
     bool done;
   };
   std::vector<Pending> pending;
-  for (size_t i = 0; i < recvs.size(); ++i) pending.push_back({&recvs[i], size_t(rank_) + i, false});
+  for (size_t i = 0; i < recvs.size(); ++i)
+    pending.push_back({&recvs[i], size_t(rank_) + i, false});
   size_t open = pending.size();
   while (open > 0) {
     bool progressed = false;

@@ -1,0 +1,162 @@
+"""The built-in data module: per-rank batches straight from Parquet with pyarrow.dataset."""
+import itertools
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable, Iterator, List, Optional, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.dataset as ds
+
+from horovod_spark.data.prefetch import BackgroundIterator
+from horovod_spark.data.reader import Reader, ReaderStats
+from horovod_spark.data.sharding import Slice, default_steps_per_epoch, epoch_order, epoch_plan
+from horovod_spark.data.shuffle_buffer import Rebatcher, ShuffleBuffer
+
+_iterator_ids = itertools.count()
+
+
+class ArrowReader(Reader):
+    """Reads this rank's shard of the row groups under ``path``.
+
+    Per epoch, row groups are put in an order drawn from (seed, epoch) (the same on every rank)
+    and each rank takes a contiguous, disjoint range of rows of that order (see sharding.py);
+    rows then pass through a shuffle buffer of ``shuffle_buffer_rows`` rows (default: two row
+    groups' worth) and are cut into batches of exactly ``batch_size``. ``shuffle=False`` keeps file
+    order (for evaluation).
+
+    Row groups are read by ``read_threads`` threads, in order, a few ahead; batches are assembled
+    (and ``transformation_fn`` applied) in a background thread up to ``prefetch_batches`` ahead.
+    """
+
+    def __init__(self, store, path: str, *, batch_size: int, rank: int = 0, num_ranks: int = 1,
+                 columns: Optional[Sequence[str]] = None, shuffle: bool = True, seed: int = 0,
+                 shuffle_buffer_rows: Optional[int] = None, steps_per_epoch: Optional[int] = None,
+                 transformation_fn: Optional[Callable[[dict], object]] = None, prefetch_batches: int = 4,
+                 read_threads: int = 2):
+        if batch_size < 1:
+            raise ValueError("batch_size must be >= 1, got %r" % (batch_size,))
+        if not 0 <= rank < num_ranks:
+            raise ValueError("rank %r is not in [0, %r)" % (rank, num_ranks))
+        self.store, self.path = store, path
+        self.batch_size, self.rank, self.num_ranks = batch_size, rank, num_ranks
+        self.shuffle, self.seed = shuffle, seed
+        self.transformation_fn = transformation_fn
+        self.prefetch_batches, self.read_threads = prefetch_batches, read_threads
+        self.stats = ReaderStats()
+
+        dataset = ds.dataset(store.fs_path(path), filesystem=store.filesystem(), format="parquet")
+        self.columns: List[str] = list(columns) if columns is not None else list(dataset.schema.names)
+        missing = [c for c in self.columns if c not in dataset.schema.names]
+        if missing:
+            raise ValueError("column(s) %s not in the data at %s (it has %s)" % (missing, path, dataset.schema.names))
+        self._units = []  # one fragment per row group, in file then row-group order on every rank
+        for fragment in sorted(dataset.get_fragments(), key=lambda f: f.path):
+            self._units.extend(fragment.split_by_row_group())
+        self._unit_rows = [unit.row_groups[0].num_rows for unit in self._units]
+        self.total_rows = int(sum(self._unit_rows))
+        if self.total_rows == 0:
+            raise ValueError("no rows under %s: nothing to read" % path)
+        self.steps_per_epoch = steps_per_epoch or default_steps_per_epoch(self.total_rows, num_ranks, batch_size)
+        average_group = self.total_rows / max(1, sum(1 for r in self._unit_rows if r))
+        if shuffle_buffer_rows is None:
+            shuffle_buffer_rows = max(batch_size, int(2 * average_group))
+        self.shuffle_buffer_rows = min(shuffle_buffer_rows, self.steps_per_epoch * batch_size)
+
+    @property
+    def num_row_groups(self) -> int:
+        return len(self._units)
+
+    def iter_batches(self, start_epoch: int = 0, num_epochs: Optional[int] = None) -> BackgroundIterator:
+        def produce():
+            return self._produce(start_epoch, num_epochs)
+
+        batch_size = self.batch_size
+        stats = self.stats
+        return BackgroundIterator(
+            produce, self.prefetch_batches, name="hs-reader-%d-rank%d" % (next(_iterator_ids), self.rank),
+            on_item=lambda item, waited, asked_at: stats.record(batch_size, waited, asked_at))
+
+    # -- producer side (runs in the background thread) ---------------------------------------
+
+    def _produce(self, start_epoch: int, num_epochs: Optional[int]) -> Iterator[dict]:
+        pool = (ThreadPoolExecutor(self.read_threads, thread_name_prefix="hs-reader-io-rank%d" % self.rank)
+                if self.read_threads > 0 else None)
+        try:
+            epochs = itertools.count(start_epoch) if num_epochs is None else range(start_epoch, start_epoch + num_epochs)
+            for epoch in epochs:
+                yield from self._epoch(epoch, pool)
+        finally:
+            if pool is not None:
+                pool.shutdown(wait=True, cancel_futures=True)
+
+    def _epoch(self, epoch: int, pool) -> Iterator[dict]:
+        quota = self.steps_per_epoch * self.batch_size
+        order = epoch_order(len(self._units), self.seed, epoch, self.shuffle)
+        plan = epoch_plan(self._unit_rows, order, self.rank, self.num_ranks, quota)
+        buffer = None
+        if self.shuffle and self.shuffle_buffer_rows > 0:
+            buffer = ShuffleBuffer(self.shuffle_buffer_rows, np.random.default_rng([self.seed, epoch, self.rank]))
+        batcher = Rebatcher(self.batch_size)
+        for chunk in self._read(plan, pool):
+            for piece in (buffer.add(chunk) if buffer is not None else (chunk,)):
+                for batch in batcher.push(piece):
+                    yield self._finish(batch)
+        if buffer is not None:
+            for batch in batcher.push(buffer.drain()):
+                yield self._finish(batch)
+        assert batcher.pending_rows == 0, "epoch plan rows must be a multiple of batch_size"
+
+    def _finish(self, batch: dict):
+        return self.transformation_fn(batch) if self.transformation_fn is not None else batch
+
+    def _read(self, plan: List[Slice], pool) -> Iterator[dict]:
+        if pool is None:
+            for piece in plan:
+                yield self._read_slice(piece)
+            return
+        # In plan order, keeping a few reads in flight so decoding overlaps batching.
+        pending = deque()
+        pieces = iter(plan)
+        for piece in itertools.islice(pieces, self.read_threads + 1):
+            pending.append(pool.submit(self._read_slice, piece))
+        while pending:
+            chunk = pending.popleft().result()
+            for piece in itertools.islice(pieces, 1):
+                pending.append(pool.submit(self._read_slice, piece))
+            yield chunk
+
+    def _read_slice(self, piece: Slice) -> dict:
+        table = self._units[piece.unit].to_table(columns=self.columns, use_threads=False)
+        if piece.start or piece.stop != table.num_rows:
+            table = table.slice(piece.start, piece.rows)
+        return table_to_numpy(table, self.columns)
+
+
+def table_to_numpy(table: pa.Table, columns: Sequence[str]) -> dict:
+    """Column name -> numpy array; list columns (fixed length per row) become 2-D arrays."""
+    out = {}
+    for name in columns:
+        column = table.column(name)
+        array = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
+        if pa.types.is_list(array.type) or pa.types.is_large_list(array.type) or \
+                pa.types.is_fixed_size_list(array.type):
+            out[name] = _fixed_length_2d(name, array)
+        else:
+            if array.null_count:
+                raise ValueError("column %r has nulls; prepare_data rejects them, was this data written by it?" % name)
+            out[name] = array.to_numpy(zero_copy_only=False)
+    return out
+
+
+def _fixed_length_2d(name: str, array) -> np.ndarray:
+    rows = len(array)
+    values = array.flatten()
+    if array.null_count or values.null_count:
+        raise ValueError("array column %r has nulls; prepare_data rejects them, was this data written by it?" % name)
+    width = len(values) // rows if rows else 0
+    if not pa.types.is_fixed_size_list(array.type) and rows:
+        offsets = array.offsets.to_numpy()
+        if len(values) != rows * width or np.any(np.diff(offsets) != width):
+            raise ValueError("array column %r has rows of different lengths; batches need a fixed length" % name)
+    return values.to_numpy(zero_copy_only=False).reshape(rows, width)

@@ -1,0 +1,107 @@
+"""Run a producer generator in a background thread, handing items over through a bounded queue.
+
+The thread never holds a reference to the consumer-side object, so dropping the iterator (or
+calling close()) stops it; an exception in the producer is re-raised in the consumer, with the
+producer's traceback.
+"""
+import queue
+import threading
+import time
+import weakref
+from typing import Callable, Iterator, Optional
+
+_END = object()
+_POLL_SECONDS = 0.05
+_JOIN_SECONDS = 30.0
+
+
+class _Failure:
+    def __init__(self, exc: BaseException):
+        self.exc = exc
+
+
+def _run(produce: Callable[[], Iterator], items: "queue.Queue", stop: threading.Event) -> None:
+    def put(item) -> bool:
+        while not stop.is_set():
+            try:
+                items.put(item, timeout=_POLL_SECONDS)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    generator = None
+    try:
+        generator = produce()
+        for item in generator:
+            if not put(item):
+                return
+        put(_END)
+    except BaseException as exc:  # handed to the consumer, which re-raises it
+        put(_Failure(exc))
+    finally:
+        if generator is not None:
+            # Runs the producer's own cleanup (e.g. shutting down its read pool) in this thread.
+            generator.close()
+
+
+def _shutdown(stop: threading.Event, items: "queue.Queue", thread: threading.Thread) -> None:
+    stop.set()
+    while True:  # free the producer if it is blocked on a full queue
+        try:
+            items.get_nowait()
+        except queue.Empty:
+            break
+    if thread is not threading.current_thread():
+        thread.join(_JOIN_SECONDS)
+
+
+class BackgroundIterator:
+    """Iterates over ``produce()`` run in a daemon thread, at most ``maxsize`` items ahead.
+
+    ``on_item(item, waited_seconds, started_at)`` is called for each item the consumer takes
+    (throughput accounting without touching the items)."""
+
+    def __init__(self, produce: Callable[[], Iterator], maxsize: int, name: str,
+                 on_item: Optional[Callable[[object, float, float], None]] = None):
+        self._items: "queue.Queue" = queue.Queue(maxsize=max(1, maxsize))
+        self._stop = threading.Event()
+        self._on_item = on_item
+        self._done = False
+        self._thread = threading.Thread(target=_run, args=(produce, self._items, self._stop), name=name, daemon=True)
+        self._finalize = weakref.finalize(self, _shutdown, self._stop, self._items, self._thread)
+        self._thread.start()
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self._done:
+            raise StopIteration
+        start = time.perf_counter()
+        item = self._items.get()
+        if item is _END:
+            self.close()
+            raise StopIteration
+        if isinstance(item, _Failure):
+            self.close()
+            raise item.exc
+        if self._on_item is not None:
+            self._on_item(item, time.perf_counter() - start, start)
+        return item
+
+    def close(self) -> None:
+        """Stop the producer and wait for its thread to end. Safe to call more than once."""
+        self._done = True
+        self._finalize()
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False

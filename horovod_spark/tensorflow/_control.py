@@ -1,0 +1,75 @@
+"""Job-level operations: init/shutdown (which also reset generated names), join, barrier, and
+Horovod's ``*_op`` topology tensors."""
+import numpy as np
+import tensorflow as tf
+
+from horovod_spark.common import basics as _basics
+from horovod_spark.common.process_sets import global_process_set
+from horovod_spark.tensorflow import _arrays, _bridge, _names
+from horovod_spark.tensorflow._op_args import ps_id
+
+
+def init(comm=None, process_sets=None):
+    """Start the core, as ``horovod.tensorflow.init(comm=None, process_sets=None)``."""
+    # Unnamed-op counters from an earlier session would not match a fresh core's on other ranks.
+    _names.reset()
+    return _basics.init(comm=comm, process_sets=process_sets)
+
+
+def shutdown():
+    """Stop the core; collectives still in flight fail with HorovodInternalError."""
+    try:
+        return _basics.shutdown()
+    finally:
+        _names.reset()
+
+
+def join():
+    """Tell the other ranks this one has no more data; returns the rank that joined last.
+
+    Until every rank has joined, the collectives the others still run proceed with this rank
+    contributing zeros (Horovod's semantics).
+    """
+    ps_id(global_process_set)
+    out = _bridge.run(lambda: [np.asarray(_arrays.join(), dtype=np.int32)], [], [tf.int32], [[]],
+                      name="HorovodJoin")
+    return out[0]
+
+
+def barrier(process_set=global_process_set):
+    """Return once every rank of ``process_set`` has reached the barrier."""
+    psid = ps_id(process_set)
+    _bridge.run(lambda: _arrays.barrier(psid) or [], [], [], [], name="HorovodBarrier")
+
+
+def size_op(process_set_id=0, name=None):
+    """The number of ranks (in the process set) as a scalar int32 tensor."""
+    return tf.constant(_process_set(process_set_id).size(), dtype=tf.int32, name=name)
+
+
+def rank_op(name=None):
+    return tf.constant(_basics.rank(), dtype=tf.int32, name=name)
+
+
+def local_size_op(name=None):
+    return tf.constant(_basics.local_size(), dtype=tf.int32, name=name)
+
+
+def local_rank_op(name=None):
+    return tf.constant(_basics.local_rank(), dtype=tf.int32, name=name)
+
+
+def process_set_included_op(process_set_id=0, name=None):
+    """1 if this rank belongs to the process set, else 0 (int32 scalar)."""
+    return tf.constant(int(_process_set(process_set_id).included()), dtype=tf.int32, name=name)
+
+
+def _process_set(process_set_id):
+    # common.process_sets has no public lookup by id; its registry is the source of truth.
+    from horovod_spark.common import process_sets as _ps
+    if int(process_set_id) == 0:
+        return global_process_set
+    ps = _ps._registered.get(int(process_set_id))
+    if ps is None:
+        raise ValueError("no registered process set has id %r" % (process_set_id,))
+    return ps

@@ -1,0 +1,157 @@
+"""The collectives as differentiable TensorFlow ops over lists of dense tensors.
+
+Each function takes already-resolved core names and a process set, runs one bridge call for the
+whole list and, when any input is floating point, attaches the gradient Horovod defines:
+allreduce -> allreduce of the gradient (same op and scaling); allgather -> summed gradient, this
+rank's rows; broadcast -> summed gradient on the root, zeros elsewhere; alltoall -> alltoall of the
+gradient back with the received splits; reducescatter -> allgather of the gradient (/ size for
+Average). Gradient collectives are named ``<forward name>.grad`` so they match across ranks too.
+"""
+import tensorflow as tf
+
+from horovod_spark.tensorflow import _arrays, _bridge
+from horovod_spark.tensorflow._op_args import Average, Sum, check_root, ps_id, ps_rank
+
+
+def _differentiable(forward, tensors, backward):
+    """``forward(tensors) -> outputs``; ``backward(dys, outputs) -> grads for floating inputs``."""
+    if not any(t.dtype.is_floating for t in tensors):
+        return forward(tensors)
+
+    @tf.custom_gradient
+    def op(*xs):
+        ys = forward(list(xs))
+
+        def grad(*dys):
+            dys = [tf.zeros_like(y) if dy is None else dy for dy, y in zip(dys, ys)]
+            grads = backward(dys, ys)
+            return [g if x.dtype.is_floating else None for g, x in zip(grads, xs)]
+
+        return ys, grad
+
+    return list(op(*tensors))
+
+
+def _grad_names(names):
+    return [n + ".grad" for n in names]
+
+
+def allreduce(tensors, names, op, prescale, postscale, process_set, groups=(), differentiable=True):
+    """Reduce each tensor over the process set. ``groups``: lists of indices, each negotiated and
+    fused as one unit. ``differentiable=False`` skips the gradient wrapper (reducing gradients)."""
+    psid = ps_id(process_set)
+    groups = [list(g) for g in groups]
+
+    def forward(xs):
+        return _bridge.run(lambda *a: _arrays.allreduce(list(a), names, op, prescale, postscale, psid, groups),
+                           xs, [x.dtype for x in xs], [x.shape for x in xs], name="HorovodAllreduce")
+
+    def backward(dys, _ys):
+        if op not in (Average, Sum):
+            raise NotImplementedError("the gradient of allreduce is defined for op=Average and op=Sum only, "
+                                      "not %s" % op.name)
+        return allreduce(dys, _grad_names(names), op, prescale, postscale, process_set, groups)
+
+    if not differentiable:
+        return forward(list(tensors))
+    return _differentiable(forward, tensors, backward)
+
+
+def _all(tensors):
+    return [list(range(len(tensors)))]
+
+
+def allgather(tensors, names, process_set):
+    """Concatenate each tensor over the process set along dim 0 (sizes may differ per rank)."""
+    psid = ps_id(process_set)
+    for t in tensors:
+        if t.shape.rank == 0:
+            raise ValueError("allgather concatenates along dimension 0, so it needs a tensor of at least one "
+                             "dimension; got a scalar (use tf.reshape(tensor, [1]))")
+
+    def forward(xs):
+        return _bridge.run(lambda *a: _arrays.allgather(list(a), names, psid), xs, [x.dtype for x in xs],
+                           [[None] + x.shape.as_list()[1:] if x.shape.rank is not None else None for x in xs],
+                           name="HorovodAllgather")
+
+    def backward(dys, _ys):
+        # Every rank's loss may depend on this rank's rows, so the gradient is the sum over ranks
+        # of the upstream gradient, restricted to the rows this rank contributed.
+        sizes = allgather([tf.stack([tf.shape(x, out_type=tf.int64)[0] for x in tensors])],
+                          [names[0] + ".grad.sizes"], process_set)[0]
+        sizes = tf.reshape(sizes, [process_set.size(), len(tensors)])
+        summed = allreduce(dys, _grad_names(names), Sum, 1.0, 1.0, process_set, _all(dys))
+        me = ps_rank(process_set)
+        grads = []
+        for j, g in enumerate(summed):
+            start = tf.reduce_sum(sizes[:me, j])
+            grads.append(g[start:start + sizes[me, j]])
+        return grads
+
+    return _differentiable(forward, tensors, backward)
+
+
+def broadcast(tensors, names, root_rank, process_set):
+    """Every rank gets the root's tensors."""
+    psid = ps_id(process_set)
+    root_rank = check_root(root_rank, process_set)
+
+    def forward(xs):
+        return _bridge.run(lambda *a: _arrays.broadcast(list(a), names, root_rank, psid), xs,
+                           [x.dtype for x in xs], [x.shape for x in xs], name="HorovodBroadcast")
+
+    def backward(dys, _ys):
+        summed = allreduce(dys, _grad_names(names), Sum, 1.0, 1.0, process_set, _all(dys))
+        if ps_rank(process_set) == root_rank:
+            return summed
+        return [tf.zeros_like(g) for g in summed]
+
+    return _differentiable(forward, tensors, backward)
+
+
+def alltoall(tensor, name, splits, process_set):
+    """Send ``splits[r]`` rows of ``tensor`` to rank r; returns (received rows, received splits)."""
+    psid = ps_id(process_set)
+    if tensor.shape.rank == 0:
+        raise ValueError("alltoall splits along dimension 0, so it needs a tensor of at least one dimension")
+    out_shape = [None] + tensor.shape.as_list()[1:] if tensor.shape.rank is not None else None
+    split_inputs = [] if splits is None else [tf.cast(tf.reshape(splits, [-1]), tf.int64)]
+
+    def forward(xs):
+        def np_fn(a, *s):
+            out, received = _arrays.alltoall(a, name, s[0] if s else None, psid)
+            return [out, received]
+        return _bridge.run(np_fn, [xs[0]] + split_inputs, [xs[0].dtype, tf.int32],
+                           [out_shape, [process_set.size()]], name="HorovodAlltoall")
+
+    def backward(dys, ys):
+        back, _ = alltoall(dys[0], name + ".grad", ys[1], process_set)
+        return [back]
+
+    out, received = _differentiable(forward, [tensor], backward)
+    return out, received
+
+
+def reducescatter(tensors, names, op, prescale, postscale, process_set):
+    """Reduce each tensor and keep this rank's block of dim 0."""
+    psid = ps_id(process_set)
+    for t in tensors:
+        if t.shape.rank == 0:
+            raise ValueError("reducescatter splits along dimension 0, so it needs a tensor of at least one "
+                             "dimension")
+
+    def forward(xs):
+        return _bridge.run(lambda *a: _arrays.reducescatter(list(a), names, op, prescale, postscale, psid),
+                           xs, [x.dtype for x in xs],
+                           [[None] + x.shape.as_list()[1:] if x.shape.rank is not None else None for x in xs],
+                           name="HorovodReducescatter")
+
+    def backward(dys, _ys):
+        if op not in (Average, Sum):
+            raise NotImplementedError("the gradient of reducescatter is defined for op=Average and op=Sum only, "
+                                      "not %s" % op.name)
+        gathered = allgather(dys, _grad_names(names), process_set)
+        scale = prescale * postscale / (process_set.size() if op == Average else 1)
+        return [g * tf.cast(scale, g.dtype) if scale != 1 else g for g in gathered]
+
+    return _differentiable(forward, tensors, backward)
