@@ -36,15 +36,28 @@ def make_dataframe(spark, rows: int, features: int):
     return assembled.select("features", (F.col("id") % 10).cast("int").alias("label"))
 
 
-def _time_passes(passes: int, one_pass) -> Dict[str, float]:
-    one_pass()  # warm-up: page cache, Arrow's thread pool, imports
-    start = time.perf_counter()
-    rows = sum(one_pass() for _ in range(passes))
-    seconds = time.perf_counter() - start
-    return {"rows": rows, "seconds": seconds, "rows_per_s": rows / seconds}
+def _time_rounds(passes: int, paths: Dict[str, callable]) -> List[Dict]:
+    """Median over ``passes`` rounds, the paths taking turns in each round, so that a noisy
+    neighbour on a shared machine slows all of them alike rather than one."""
+    for one_pass in paths.values():
+        one_pass()  # warm-up: page cache, Arrow's thread pool, first allocations
+    timings = {name: [] for name in paths}
+    rows = {name: 0 for name in paths}
+    for _ in range(passes):
+        for name, one_pass in paths.items():
+            start = time.perf_counter()
+            n = one_pass()
+            timings[name].append((n, time.perf_counter() - start))
+            rows[name] += n
+    results = []
+    for name, runs in timings.items():
+        rates = sorted(n / seconds for n, seconds in runs)
+        results.append({"name": name, "rows": rows[name], "seconds": sum(s for _, s in runs),
+                        "rows_per_s": float(np.median(rates))})
+    return results
 
 
-def run(spark=None, rows: int = 200_000, features: int = 64, batch_size: int = 256, passes: int = 3,
+def run(spark=None, rows: int = 200_000, features: int = 64, batch_size: int = 256, passes: int = 10,
         store_root: Optional[str] = None, num_ranks: int = 1) -> List[Dict]:
     own_session = spark is None
     if own_session:
@@ -89,12 +102,12 @@ def run(spark=None, rows: int = 200_000, features: int = 64, batch_size: int = 2
             one_pass.epoch = 0
             return one_pass
 
-        results = [
-            {"name": "arrow batches", **_time_passes(passes, arrow_pass)},
-            {"name": "arrow -> numpy", **_time_passes(passes, arrow_numpy_pass)},
-            {"name": "reader, shuffled", **_time_passes(passes, reader_pass(shuffle=True))},
-            {"name": "reader, in order", **_time_passes(passes, reader_pass(shuffle=False))},
-        ]
+        results = _time_rounds(passes, {
+            "arrow batches": arrow_pass,
+            "arrow -> numpy": arrow_numpy_pass,
+            "reader, shuffled": reader_pass(shuffle=True),
+            "reader, in order": reader_pass(shuffle=False),
+        })
         baseline = results[1]["rows_per_s"]
         for r in results:
             r["vs_arrow_numpy"] = r["rows_per_s"] / baseline
@@ -111,11 +124,12 @@ def run(spark=None, rows: int = 200_000, features: int = 64, batch_size: int = 2
 
 
 def format_table(results: List[Dict]) -> str:
-    lines = ["%-18s %10s %9s %12s %10s %10s" % ("path", "rows", "seconds", "rows/s", "vs numpy", "vs arrow")]
+    lines = ["%-18s %10s %9s %12s %10s %10s" % ("path", "rows", "seconds", "rows/s*", "vs numpy", "vs arrow")]
     for r in results:
         lines.append("%-18s %10d %9.3f %12.0f %9.2fx %9.2fx" % (r["name"], r["rows"], r["seconds"], r["rows_per_s"],
                                                                r["vs_arrow_numpy"], r["vs_arrow_batches"]))
     first = results[0]
+    lines.append("* median over passes; the paths take turns pass by pass")
     lines.append("dataset: %d rows x %d float32 features + int label, batch %d, rank 0 of %d; prepare_data %.1fs"
                  % (first["dataset_rows"], first["features"], first["batch_size"], first["num_ranks"],
                     first["prepare_seconds"]))
@@ -127,7 +141,7 @@ def main(argv=None) -> int:
     parser.add_argument("--rows", type=int, default=200_000)
     parser.add_argument("--features", type=int, default=64)
     parser.add_argument("--batch-size", type=int, default=256)
-    parser.add_argument("--passes", type=int, default=3)
+    parser.add_argument("--passes", type=int, default=10)
     parser.add_argument("--num-ranks", type=int, default=1)
     args = parser.parse_args(argv)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)

@@ -36,7 +36,13 @@ def init(comm=None, process_sets=None):
             mine = rendezvous.PeerRecord(ident.rank, rendezvous.advertised_address(), port,
                                          rendezvous.host_id())
             records, token = rendezvous.exchange_records(ident, mine, _state["generation"], timeout)
-            _core.start([(r.host, r.port, r.host_id) for r in records], token)
+            mpi_handle = 0
+            if _wants_mpi_data_plane(ident):
+                from mpi4py import MPI
+                # A private duplicate: our messages can never match the user's own mpi4py calls.
+                _state["mpi_dup"] = ident.comm.Dup()
+                mpi_handle = MPI._handleof(_state["mpi_dup"])
+            _core.start([(r.host, r.port, r.host_id) for r in records], token, mpi_handle)
         except BaseException:
             _core.shutdown()
             raise
@@ -56,11 +62,31 @@ def init(comm=None, process_sets=None):
             _ps.add_process_set(ps)
 
 
+def _wants_mpi_data_plane(ident) -> bool:
+    """MPI carries the data when ranks came from MPI, unless HOROVOD_CPU_OPERATIONS (Horovod's
+    variable) asks for our own shared-memory/TCP links."""
+    choice = os.environ.get("HOROVOD_CPU_OPERATIONS", "").lower()
+    if choice in ("", "mpi"):
+        if choice == "mpi" and ident.source != "mpi":
+            raise ValueError("HOROVOD_CPU_OPERATIONS=mpi needs ranks started by mpirun or "
+                             "hvd.init(comm=<mpi4py communicator>)")
+        return ident.source == "mpi"
+    if choice in ("gloo", "tcp", "shm"):
+        return False
+    raise ValueError("HOROVOD_CPU_OPERATIONS=%r is not one of mpi, gloo" % choice)
+
+
 def shutdown():
     """Stop the engine; pending collectives fail with HorovodInternalError. Safe to call twice."""
     with _lock:
         _core.shutdown()
         _state["topology"] = None
+        dup = _state.pop("mpi_dup", None)
+        if dup is not None:
+            try:
+                dup.Free()
+            except Exception:  # MPI may already be finalized at interpreter exit
+                pass
         from horovod_spark.common import process_sets as _ps
         _ps._reset()
 
@@ -108,8 +134,8 @@ def is_homogeneous() -> bool:
 
 
 def mpi_enabled() -> bool:
-    """True when ranks were formed from an MPI communicator (``mpirun`` or ``init(comm=...)``)."""
-    return bool(_state["mpi"])
+    """True when collectives run over MPI (ranks from ``mpirun`` or ``init(comm=...)``)."""
+    return bool(_state["mpi"]) and _core.is_created() and _core.uses_mpi()
 
 
 def mpi_built() -> bool:

@@ -84,19 +84,21 @@ class ArrowReader(Reader):
                 if self.read_threads > 0 else None)
         try:
             epochs = itertools.count(start_epoch) if num_epochs is None else range(start_epoch, start_epoch + num_epochs)
+            buffer = None
+            if self.shuffle and self.shuffle_buffer_rows > 0:
+                buffer = ShuffleBuffer(self.shuffle_buffer_rows, np.random.default_rng(0))
             for epoch in epochs:
-                yield from self._epoch(epoch, pool)
+                yield from self._epoch(epoch, pool, buffer)
         finally:
             if pool is not None:
                 pool.shutdown(wait=True, cancel_futures=True)
 
-    def _epoch(self, epoch: int, pool) -> Iterator[dict]:
+    def _epoch(self, epoch: int, pool, buffer: Optional[ShuffleBuffer]) -> Iterator[dict]:
         quota = self.steps_per_epoch * self.batch_size
         order = epoch_order(len(self._units), self.seed, epoch, self.shuffle)
         plan = epoch_plan(self._unit_rows, order, self.rank, self.num_ranks, quota)
-        buffer = None
-        if self.shuffle and self.shuffle_buffer_rows > 0:
-            buffer = ShuffleBuffer(self.shuffle_buffer_rows, np.random.default_rng([self.seed, epoch, self.rank]))
+        if buffer is not None:
+            buffer.reset(np.random.default_rng([self.seed, epoch, self.rank]))
         batcher = Rebatcher(self.batch_size)
         for chunk in self._read(plan, pool):
             for piece in (buffer.add(chunk) if buffer is not None else (chunk,)):

@@ -43,6 +43,12 @@ class ShuffleBuffer:
             offset += m
         return out
 
+    def reset(self, rng: np.random.Generator) -> None:
+        """Empty it for the next epoch, keeping the allocated pool: a fresh pool every epoch would
+        pay for page faults on its whole size again."""
+        self._rng = rng
+        self._fill = 0
+
     def drain(self) -> Chunk:
         """The remaining rows in random order; the buffer is empty afterwards."""
         if not self._fill:

@@ -76,6 +76,9 @@ class MpiLauncher:
             cmd.append("--allow-run-as-root")
         cmd += ["-np", str(self._num_proc),
                 "-H", ",".join("%s:1" % host_name(r) for r in range(self._num_proc)),
+                # Without tree spawn, mpirun would otherwise daemonize its daemons (setsid), and
+                # they would escape the task's process group that an abort kills.
+                "--leave-session-attached",
                 "--tag-output", python, "-m", "horovod_spark.spark.task_main"]
         return cmd
 

@@ -47,6 +47,20 @@ def _report_error(workdir: str, exc: BaseException, tb_text: str, what: str) -> 
     message = "%s%s" % (what, exc)
     _write_atomic(os.path.join(workdir, "error.msg"),
                   wire.encode_message((type(exc).__name__, message, tb_text)))
+    if _under_mpi():
+        # Our Spark task learns of this only when mpirun's daemon exits, which waits for the
+        # whole MPI job; tell the driver now so it stops every rank at once.
+        try:
+            from horovod_spark.common.kv_client import KVClient
+            with KVClient.from_env(io_timeout=5.0) as client:
+                client.request("failed", int(os.environ["HOROVOD_SPARK_EXPECTED_RANK"]),
+                               type(exc).__name__, message, tb_text)
+        except Exception as report_exc:
+            sys.stderr.write("(could not report this to the driver directly: %s)\n" % report_exc)
+
+
+def _under_mpi() -> bool:
+    return "HOROVOD_SPARK_EXPECTED_RANK" in os.environ
 
 
 def _check_mpi_rank() -> None:
@@ -97,4 +111,8 @@ if __name__ == "__main__":
     code = main(sys.argv[1] if len(sys.argv) > 1 else os.environ["HOROVOD_SPARK_WORKDIR"])
     sys.stdout.flush()
     sys.stderr.flush()
+    if code and _under_mpi():
+        # A normal exit would run MPI_Finalize (mpi4py's atexit), which waits for every other
+        # rank; exiting without it makes mpirun stop the job now.
+        os._exit(code)
     sys.exit(code)

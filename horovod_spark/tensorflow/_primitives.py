@@ -6,11 +6,29 @@ allreduce -> allreduce of the gradient (same op and scaling); allgather -> summe
 rank's rows; broadcast -> summed gradient on the root, zeros elsewhere; alltoall -> alltoall of the
 gradient back with the received splits; reducescatter -> allgather of the gradient (/ size for
 Average). Gradient collectives are named ``<forward name>.grad`` so they match across ranks too.
+
+On a process set of one rank every collective is the identity (times the pre/post scale), so it
+is computed in TensorFlow without the core: a script run as one process pays nothing for its
+collectives. ``SKIP_SINGLE_RANK`` exists so benchmarks can time the core path at size 1.
 """
 import tensorflow as tf
 
 from horovod_spark.tensorflow import _arrays, _bridge
 from horovod_spark.tensorflow._op_args import Average, Sum, check_root, ps_id, ps_rank
+
+SKIP_SINGLE_RANK = True
+
+
+def _single(process_set):
+    return SKIP_SINGLE_RANK and process_set.size() == 1
+
+
+def _scaled(x, scale):
+    if scale == 1:
+        return tf.identity(x)
+    if x.dtype.is_floating:
+        return x * tf.cast(scale, x.dtype)
+    return tf.cast(tf.cast(x, tf.float64) * scale, x.dtype)
 
 
 def _differentiable(forward, tensors, backward):
@@ -43,6 +61,8 @@ def allreduce(tensors, names, op, prescale, postscale, process_set, groups=(), d
     groups = [list(g) for g in groups]
 
     def forward(xs):
+        if _single(process_set):
+            return [_scaled(x, prescale * postscale) for x in xs]
         return _bridge.run(lambda *a: _arrays.allreduce(list(a), names, op, prescale, postscale, psid, groups),
                            xs, [x.dtype for x in xs], [x.shape for x in xs], name="HorovodAllreduce")
 
@@ -70,6 +90,8 @@ def allgather(tensors, names, process_set):
                              "dimension; got a scalar (use tf.reshape(tensor, [1]))")
 
     def forward(xs):
+        if _single(process_set):
+            return [tf.identity(x) for x in xs]
         return _bridge.run(lambda *a: _arrays.allgather(list(a), names, psid), xs, [x.dtype for x in xs],
                            [[None] + x.shape.as_list()[1:] if x.shape.rank is not None else None for x in xs],
                            name="HorovodAllgather")
@@ -97,6 +119,8 @@ def broadcast(tensors, names, root_rank, process_set):
     root_rank = check_root(root_rank, process_set)
 
     def forward(xs):
+        if _single(process_set):
+            return [tf.identity(x) for x in xs]
         return _bridge.run(lambda *a: _arrays.broadcast(list(a), names, root_rank, psid), xs,
                            [x.dtype for x in xs], [x.shape for x in xs], name="HorovodBroadcast")
 
@@ -118,6 +142,12 @@ def alltoall(tensor, name, splits, process_set):
     split_inputs = [] if splits is None else [tf.cast(tf.reshape(splits, [-1]), tf.int64)]
 
     def forward(xs):
+        if _single(process_set):
+            if not split_inputs:
+                return [tf.identity(xs[0]), tf.reshape(tf.shape(xs[0], out_type=tf.int32)[0], [1])]
+            kept = tf.cast(split_inputs[0][:1], tf.int32)
+            return [xs[0][:kept[0]], kept]
+
         def np_fn(a, *s):
             out, received = _arrays.alltoall(a, name, s[0] if s else None, psid)
             return [out, received]
@@ -141,6 +171,8 @@ def reducescatter(tensors, names, op, prescale, postscale, process_set):
                              "dimension")
 
     def forward(xs):
+        if _single(process_set):
+            return [_scaled(x, prescale * postscale) for x in xs]
         return _bridge.run(lambda *a: _arrays.reducescatter(list(a), names, op, prescale, postscale, psid),
                            xs, [x.dtype for x in xs],
                            [[None] + x.shape.as_list()[1:] if x.shape.rank is not None else None for x in xs],

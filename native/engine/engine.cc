@@ -7,6 +7,7 @@
 #include <cstdio>
 
 #include "common/errors.h"
+#include "transport/mpi_group.h"
 
 namespace hs {
 
@@ -25,7 +26,17 @@ Engine::Engine(int rank, int size, const Config& cfg)
 
 Engine::~Engine() { shutdown(); }
 
-void Engine::start(const std::vector<PeerAddress>& peers, const std::string& job_token) {
+std::unique_ptr<Group> Engine::make_group(const std::vector<int32_t>& ranks) {
+  std::vector<int> r(ranks.begin(), ranks.end());
+  if (mpi_comm_)
+    return std::unique_ptr<Group>(new MpiGroup(mpi_comm_, r, &transport_,
+                                               static_cast<int>(cfg_.data_timeout_seconds * 1000)));
+  return std::unique_ptr<Group>(new PeerGroup(&transport_, r));
+}
+
+void Engine::start(const std::vector<PeerAddress>& peers, const std::string& job_token,
+                   uintptr_t mpi_comm) {
+  mpi_comm_ = mpi_comm;
   TransportOptions opt;
   opt.job_token = job_token;
   opt.connect_timeout_ms = static_cast<int>(cfg_.start_timeout_seconds * 1000);
@@ -33,7 +44,7 @@ void Engine::start(const std::vector<PeerAddress>& peers, const std::string& job
   opt.shm_data_ring_bytes = cfg_.shm_ring_bytes;
   opt.disable_shm = cfg_.shm_disable;
   transport_.connect(peers, opt);
-  groups_[0].reset(new PeerGroup(&transport_, process_sets_[0]));
+  groups_[0] = make_group(process_sets_[0]);
   if (rank_ == 0) coordinator_.reset(new Coordinator(size_, cfg_));
   if (rank_ == 0 && !cfg_.timeline_path.empty())
     timeline_.start(cfg_.timeline_path, cfg_.timeline_mark_cycles);

@@ -36,7 +36,11 @@ class Engine {
   Engine(int rank, int size, const Config& cfg);
   ~Engine();
   int listen_port() const { return transport_.listen_port(); }
-  void start(const std::vector<PeerAddress>& peers, const std::string& job_token);
+  // mpi_comm != 0: an MPI_Comm (Open MPI handle) that carries collective data instead of the
+  // shared-memory/TCP links; negotiation and liveness still use the links.
+  void start(const std::vector<PeerAddress>& peers, const std::string& job_token,
+             uintptr_t mpi_comm = 0);
+  bool uses_mpi() const { return mpi_comm_ != 0; }
   void shutdown();
 
   int rank() const { return rank_; }
@@ -69,6 +73,7 @@ class Engine {
 
  private:
   void loop();
+  std::unique_ptr<Group> make_group(const std::vector<int32_t>& ranks);
   bool progress_once();  // one engine pass under progress_mu_; false when nothing moved
   bool take_local_requests();
   bool coordinate();
@@ -109,7 +114,8 @@ class Engine {
 
   // engine-thread state
   std::unordered_map<std::string, TensorRequest> entries_;
-  std::map<int32_t, std::unique_ptr<PeerGroup>> groups_;
+  std::map<int32_t, std::unique_ptr<Group>> groups_;
+  uintptr_t mpi_comm_ = 0;
   std::unordered_map<std::string, int32_t> my_cache_;       // request signature -> cache id
   std::unordered_map<int32_t, Response> cached_responses_;  // cache id -> single response
   std::vector<uint8_t> fusion_buffer_;

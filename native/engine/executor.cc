@@ -58,7 +58,7 @@ void Engine::execute(const Response& r) {
     }
     if (r.type == OpType::kAddProcessSet &&
         std::find(r.ranks.begin(), r.ranks.end(), rank_) != r.ranks.end())
-      groups_[r.value].reset(new PeerGroup(&transport_, r.ranks));
+      groups_[r.value] = make_group(r.ranks);
     if (r.type == OpType::kRemoveProcessSet) groups_.erase(r.value);
     HandleResult res;
     res.value = r.value;

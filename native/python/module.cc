@@ -36,13 +36,13 @@ int create(int rank, int size) {
 }
 
 void start(const std::vector<std::tuple<std::string, int, std::string>>& peers,
-           const std::string& token) {
+           const std::string& token, uintptr_t mpi_comm) {
   Engine& e = engine();
   std::vector<PeerAddress> addrs;
   for (const auto& [host, port, host_id] : peers) addrs.push_back({host, port, host_id});
   try {
     py::gil_scoped_release nogil;
-    e.start(addrs, token);
+    e.start(addrs, token, mpi_comm);
   } catch (...) {
     std::lock_guard<std::mutex> l(g_mu);
     g_engine.reset();
@@ -108,7 +108,9 @@ py::tuple take(int64_t h) {
 PYBIND11_MODULE(_core, m) {
   m.doc() = "horovod_spark native collective core";
   m.def("create", &create, "Create the engine and listen for peers; returns the port.");
-  m.def("start", &start, "Connect to every peer and start the engine thread.");
+  m.def("start", &start, "Connect to every peer and start the engine thread.", py::arg("peers"),
+        py::arg("token"), py::arg("mpi_comm") = 0);
+  m.def("uses_mpi", [] { return engine().uses_mpi(); });
   m.def("shutdown", &shutdown);
   m.def("is_created", [] { std::lock_guard<std::mutex> l(g_mu); return g_engine != nullptr; });
   m.def("rank", [] { return engine().rank(); });
