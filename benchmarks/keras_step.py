@@ -8,14 +8,17 @@ tf.distribute.MultiWorkerMirroredStrategy on localhost.
 
 Stages, each in fresh processes started the way users start them:
 1. one process, no launcher: plain Keras vs DistributedOptimizer (size 1), ``model.fit``, and a
-   ``tf.function`` custom loop with and without DistributedGradientTape; rounds alternate between
-   the two so drift in machine load hits both;
+   ``tf.function`` custom loop with and without DistributedGradientTape; at size 1 the
+   collectives are skipped, so a third variant forces them through ``tf.numpy_function`` and the
+   core to show that path's cost; rounds alternate between the variants so drift in machine
+   load hits all of them;
 2. ``horovod-spark-run -np 2``: the same ``fit`` and custom loop on 2 ranks;
 3. two processes with TF_CONFIG (two localhost ports): MultiWorkerMirroredStrategy. Keras 3's
    ``fit`` is tried first; where it fails (Keras 3.15 does, in ``_maybe_symbolic_build``) the
    error is reported and the strategy's own custom loop (``strategy.run``) is timed.
 Every rank/replica gets the same per-rank batch; each process gets cpus/ranks intra-op threads.
-Step time is the median over epochs of epoch time / steps (the slowest rank's, on 2 ranks).
+Step time is epoch time / steps, median and minimum over epochs (the slowest rank's, on 2 ranks);
+the size-1 overhead is the median ratio of epochs timed side by side.
 """
 import argparse
 import json
@@ -117,31 +120,42 @@ def _ms(times, steps):
 
 
 def worker_single(args):
-    """Size 1, one process: plain vs distributed, interleaved rounds."""
+    """Size 1, one process: plain Keras; DistributedOptimizer / DistributedGradientTape as users
+    get them (size-1 collectives skipped); and the same traced with collectives forced through
+    tf.numpy_function and the core. Rounds alternate between the three."""
     tf = _setup(args, 1)
     import keras
 
     import horovod_spark.keras as hvd
     import horovod_spark.tensorflow as hvd_tf
+    from horovod_spark.tensorflow import _primitives
     hvd.init()
     ds = _dataset(tf, args.batch, 0)
-    fits = {"plain": _compiled(keras, args, keras.optimizers.SGD(0.01)),
-            "distributed": _compiled(keras, args, hvd.DistributedOptimizer(keras.optimizers.SGD(0.01)))}
-    loops = {}
-    for label, wrap in (("plain", lambda t: t), ("distributed", hvd_tf.DistributedGradientTape)):
-        model = _model(keras, args.hidden)
-        loops[label] = _tape_step(tf, keras, model, keras.optimizers.SGD(0.01), wrap)
-    times = {(kind, label): [] for kind in ("fit", "loop") for label in ("plain", "distributed")}
-    for label in ("plain", "distributed"):  # warm-up: tracing and first-touch allocations
+    variants = {"keras": lambda t: t, "horovod_spark": hvd_tf.DistributedGradientTape,
+                "horovod_spark_core": hvd_tf.DistributedGradientTape}
+    fits, loops = {}, {}
+    for label, wrap in variants.items():
+        opt = keras.optimizers.SGD(0.01)
+        fits[label] = _compiled(keras, args, opt if label == "keras" else hvd.DistributedOptimizer(opt))
+        loops[label] = _tape_step(tf, keras, _model(keras, args.hidden), keras.optimizers.SGD(0.01), wrap)
+        # The choice is made when the step is traced, which the warm-up epoch does.
+        _primitives.SKIP_SINGLE_RANK = label != "horovod_spark_core"
         _fit_epochs(keras, fits[label], ds, args, 1)
         _loop_epochs(loops[label], ds, args, 1)
-    for _ in range(args.rounds):
-        for label in ("plain", "distributed"):
-            times["fit", label] += _fit_epochs(keras, fits[label], ds, args, args.epochs)
-            times["loop", label] += _loop_epochs(loops[label], ds, args, args.epochs)
+        _primitives.SKIP_SINGLE_RANK = True
+    # One epoch per variant per turn: load from other processes on a shared machine comes in
+    # bursts, and the overhead is taken from epochs measured side by side (median of ratios).
+    times = {(kind, label): [] for kind in ("fit", "loop") for label in variants}
+    labels = list(variants)
+    for turn in range(args.rounds * args.epochs):
+        for label in labels[turn % 3:] + labels[:turn % 3]:  # rotate, so no variant always goes first
+            times["fit", label] += _fit_epochs(keras, fits[label], ds, args, 1)
+            times["loop", label] += _loop_epochs(loops[label], ds, args, 1)
     for (kind, label), t in times.items():
-        _emit({"stage": "single", "api": kind, "system": "keras" if label == "plain" else "horovod_spark",
-               "ranks": 1, "step_ms": _ms(t, args.steps)})
+        base = times[kind, "keras"]
+        ratios = sorted(a / b for a, b in zip(t, base))
+        _emit({"stage": "single", "api": kind, "system": label, "ranks": 1, "step_ms": _ms(t, args.steps),
+               "min_ms": 1000.0 * min(t) / args.steps, "vs_plain": ratios[len(ratios) // 2] - 1})
 
 
 def worker_hvd(args):
@@ -165,7 +179,7 @@ def worker_hvd(args):
         slowest = hvd.allreduce(np.array(t), op=hvd.Max, name="bench.%s" % kind).numpy()
         if hvd.rank() == 0:
             _emit({"stage": "two", "api": kind, "system": "horovod_spark", "ranks": 2,
-                   "step_ms": _ms(list(slowest), args.steps)})
+                   "step_ms": _ms(list(slowest), args.steps), "min_ms": 1000.0 * min(slowest) / args.steps})
 
 
 def worker_mwms(args):
@@ -185,7 +199,7 @@ def worker_mwms(args):
         fit_times = _fit_epochs(keras, model, ds, args, args.epochs * args.rounds)
         if task == 0:
             _emit({"stage": "two", "api": "fit", "system": "mwms", "ranks": workers,
-                   "step_ms": _ms(fit_times, args.steps)})
+                   "step_ms": _ms(fit_times, args.steps), "min_ms": 1000.0 * min(fit_times) / args.steps})
     except Exception as exc:  # Keras 3.15: ValueError converting a PerReplica batch (see module doc)
         if task == 0:
             _emit({"stage": "two", "api": "fit", "system": "mwms", "ranks": workers,
@@ -213,7 +227,7 @@ def worker_mwms(args):
     loop_times = _loop_epochs(step, dist_ds, args, args.epochs * args.rounds)
     if task == 0:
         _emit({"stage": "two", "api": "loop", "system": "mwms", "ranks": workers,
-               "step_ms": _ms(loop_times, args.steps)})
+               "step_ms": _ms(loop_times, args.steps), "min_ms": 1000.0 * min(loop_times) / args.steps})
 
 
 # ----------------------------------------------------------------------------- driver side
@@ -256,56 +270,59 @@ def _worker_cmd(role, args):
 
 def _table(records, args):
     by = {(r["stage"], r["api"], r["system"]): r for r in records}
-    base = {api: by.get(("single", api, "keras"), {}).get("step_ms") for api in ("fit", "loop")}
     rows = []
     labels = {"keras": "Keras, no horovod_spark", "horovod_spark": "horovod_spark",
+              "horovod_spark_core": "horovod_spark, size-1 collectives forced through the core",
               "mwms": "tf.distribute MultiWorkerMirroredStrategy"}
-    for stage, system in (("single", "keras"), ("single", "horovod_spark"), ("two", "horovod_spark"),
-                          ("two", "mwms")):
+    for stage, system in (("single", "keras"), ("single", "horovod_spark"), ("single", "horovod_spark_core"),
+                          ("two", "horovod_spark"), ("two", "mwms")):
         for api in ("fit", "loop"):
             r = by.get((stage, api, system))
             if r is None:
                 continue
             what = "model.fit" if api == "fit" else "custom loop (tf.function)"
             if "error" in r:
-                rows.append("| %s | %s | %d | fails: %s | | |" % (labels[system], what, r["ranks"], r["error"]))
+                rows.append("| %s | %s | %d | fails: %s | | | |" % (labels[system], what, r["ranks"], r["error"]))
                 continue
             ms = r["step_ms"]
             samples = r["ranks"] * args.batch / (ms / 1000.0)
             note = ""
-            if stage == "single" and system == "horovod_spark" and base[api]:
-                note = "%+.1f%% vs plain" % (100.0 * (ms / base[api] - 1))
+            if stage == "single" and system != "keras":
+                note = "%+.1f%% vs plain (median of paired epochs)" % (100.0 * r["vs_plain"])
             if stage == "two" and system == "mwms":
                 ours = by.get(("two", api, "horovod_spark"), {}).get("step_ms")
                 if ours:
                     note = "horovod_spark %.2fx faster" % (ms / ours)
-            rows.append("| %s | %s | %d | %.2f | %.0f | %s |" % (labels[system], what, r["ranks"], ms, samples, note))
-    header = ["| system | API | ranks | step time (ms) | samples/s | note |", "|---|---|---|---|---|---|"]
+            rows.append("| %s | %s | %d | %.2f | %.2f | %.0f | %s |"
+                        % (labels[system], what, r["ranks"], ms, r["min_ms"], samples, note))
+    header = ["| system | API | ranks | step ms (median) | step ms (min) | samples/s (median) | note |",
+              "|---|---|---|---|---|---|---|"]
     return "\n".join(header + rows)
 
 
 def _targets(records):
-    by = {(r["stage"], r["api"], r["system"]): r.get("step_ms") for r in records}
+    by = {(r["stage"], r["api"], r["system"]): r for r in records}
     lines = []
-    plain, ours = by.get(("single", "fit", "keras")), by.get(("single", "fit", "horovod_spark"))
-    if plain and ours:
-        overhead = ours / plain - 1
+    ours = by.get(("single", "fit", "horovod_spark"))
+    if ours and "vs_plain" in ours:
+        overhead = ours["vs_plain"]
         lines.append("size-1 overhead of DistributedOptimizer (fit): %+.1f%% (target <= %.0f%%): %s"
                      % (100 * overhead, 100 * TARGET_OVERHEAD, "met" if overhead <= TARGET_OVERHEAD else "NOT met"))
     for api in ("fit", "loop"):
-        ours2, theirs = by.get(("two", api, "horovod_spark")), by.get(("two", api, "mwms"))
-        if ours2 and theirs:
+        ours2, theirs = by.get(("two", api, "horovod_spark"), {}), by.get(("two", api, "mwms"), {})
+        if "step_ms" in ours2 and "step_ms" in theirs:
             lines.append("2 ranks, %s: horovod_spark %.2f ms vs MWMS %.2f ms (target: faster): %s"
-                         % (api, ours2, theirs, "met" if ours2 < theirs else "NOT met"))
+                         % (api, ours2["step_ms"], theirs["step_ms"],
+                            "met" if ours2["step_ms"] < theirs["step_ms"] else "NOT met"))
     return "\n".join(lines)
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--role", choices=("driver", "single", "hvd", "mwms"), default="driver")
-    parser.add_argument("--steps", type=int, default=50, help="steps per timed epoch")
+    parser.add_argument("--steps", type=int, default=40, help="steps per timed epoch")
     parser.add_argument("--epochs", type=int, default=3, help="timed epochs per round")
-    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds (size 1)")
+    parser.add_argument("--rounds", type=int, default=5, help="rounds (size 1: variants alternate epoch by epoch)")
     parser.add_argument("--batch", type=int, default=64, help="batch per rank")
     parser.add_argument("--hidden", type=int, default=1024, help="width of the MLP's two hidden layers")
     parser.add_argument("--threads", type=int, default=0, help="TF threads per process (0: cpus / ranks)")
@@ -319,6 +336,7 @@ def main(argv=None):
         {"single": worker_single, "hvd": worker_hvd, "mwms": worker_mwms}[args.role](args)
         return
 
+    load_before = os.getloadavg()[0]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([REPO] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
     env.pop("HOROVOD_RANK", None)
     records = _run([(_worker_cmd("single", args), env)], args.timeout)
@@ -331,13 +349,15 @@ def main(argv=None):
             for i in range(2)]
     records += _run(mwms, args.timeout)
 
-    print("Keras step time, MLP 784-%d-%d-10, batch %d per rank, %d steps x %d epochs x %d rounds, %d CPUs"
-          % (args.hidden, args.hidden, args.batch, args.steps, args.epochs, args.rounds, os.cpu_count() or 0))
+    print("Keras step time, MLP 784-%d-%d-10, batch %d per rank, %d steps x %d epochs x %d rounds, %d CPUs, "
+          "load average %.1f before / %.1f after" % (args.hidden, args.hidden, args.batch, args.steps, args.epochs,
+                                                      args.rounds, os.cpu_count() or 0, load_before, os.getloadavg()[0]))
     print(_table(records, args))
     print(_targets(records))
     if args.json_out:
         with open(args.json_out, "w") as f:
-            json.dump({"args": vars(args), "records": records}, f, indent=2)
+            json.dump({"args": vars(args), "records": records, "load_before": load_before,
+                       "load_after": os.getloadavg()[0]}, f, indent=2)
 
 
 if __name__ == "__main__":

@@ -3,8 +3,10 @@
     python benchmarks/spark_run.py [--repeats 7] [--num-proc 2]
 
 Rows (median of --repeats after one warm-up each): an empty barrier job (the floor any
-barrier-mode launcher pays), run() of a no-op, run() of one allreduce (when the native core
-imports), and TorchDistributor(local_mode=False).run(no-op) for comparison. The target is run()
+barrier-mode launcher pays), horovod_spark.run() of a no-op, run() of hvd.init + one allreduce
+(through the core's raw API, and through horovod_spark.torch, which adds importing torch in every
+rank; skipped when the native core does not import), and
+TorchDistributor(local_mode=False).run(no-op) for comparison. The target is run()
 of a no-op within 1.5 s of the empty barrier job, and below TorchDistributor.
 """
 import argparse
@@ -22,8 +24,22 @@ def noop():
     return None
 
 
-def one_allreduce():
+def one_allreduce_core():
+    """hvd.init + one allreduce through the core's raw-buffer API: launch cost without torch."""
+    import numpy as np
+
+    from horovod_spark.common import basics, ops
+    basics.init()
+    buf = np.ones(4, dtype=np.float32)
+    ops.wait(ops.allreduce_async("bench", buf.ctypes.data, buf.ctypes.data, "float32", (4,), ops.Sum))
+    basics.shutdown()
+    return float(buf[0])
+
+
+def one_allreduce_torch():
+    """The same through horovod_spark.torch: adds importing torch in every rank."""
     import torch
+
     import horovod_spark.torch as hvd
     hvd.init()
     out = hvd.allreduce(torch.ones(4), name="bench", op=hvd.Sum)
@@ -65,6 +81,7 @@ def main():
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
     spark = (SparkSession.builder.master("local[%d]" % n).appName("bench_spark_run")
              .config("spark.ui.enabled", "false")
+             .config("spark.ui.showConsoleProgress", "false")
              .config("spark.executorEnv.PYTHONPATH", REPO_ROOT)
              .getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
@@ -74,13 +91,15 @@ def main():
         rows.append(("empty barrier job", _time(
             lambda: sc.parallelize(range(n), n).barrier().mapPartitions(lambda it: []).collect(),
             opts.repeats)))
-        rows.append(("horovod_spark.run(noop)", _time(
+        rows.append(("run(noop)", _time(
             lambda: horovod_spark.run(noop, num_proc=n, verbose=0), opts.repeats)))
-        if _core_importable():
-            rows.append(("horovod_spark.run(1 allreduce)", _time(
-                lambda: horovod_spark.run(one_allreduce, num_proc=n, verbose=0), opts.repeats)))
-        else:
-            rows.append(("horovod_spark.run(1 allreduce)", None))
+        for name, fn in (("run(init + 1 allreduce, core)", one_allreduce_core),
+                         ("run(init + 1 allreduce, torch)", one_allreduce_torch)):
+            if _core_importable():
+                rows.append((name, _time(lambda: horovod_spark.run(fn, num_proc=n, verbose=0),
+                                         opts.repeats)))
+            else:
+                rows.append((name, None))
         try:
             from pyspark.ml.torch.distributor import TorchDistributor
             distributor = TorchDistributor(num_processes=n, local_mode=False, use_gpu=False)

@@ -83,13 +83,15 @@ BAD_INPUTS = [
     (dict(feature_cols=["name"], label_cols=["label"]), r"'name'.*string.*StringIndexer"),
     (dict(feature_cols=["m"], label_cols=["label"]), r"'m'.*map"),
     (dict(feature_cols=["s"], label_cols=["label"]), r"'s'.*struct.*fields"),
-    (dict(feature_cols=["with_null"], label_cols=["label"]), r"null values.*'with_null' \(1 of 40 rows\).*dropna"),
+    (dict(feature_cols=["with_null"], label_cols=["label"]),
+     r"null values.*'with_null' \(1 of 40 rows\).*dropna"),
     (dict(feature_cols=["ragged"], label_cols=["label"]), r"'ragged'.*different lengths \(1 to 2\)"),
     (dict(feature_cols=["x"], label_cols=["label"], validation=0.0), r"validation=0.0.*between 0 and 1"),
     (dict(feature_cols=["x"], label_cols=["label"], validation=1.0), r"between 0 and 1"),
     (dict(feature_cols=["x"], label_cols=["label"], validation=-0.2), r"between 0 and 1"),
     (dict(feature_cols=["x"], label_cols=["label"], validation=1.5), r"between 0 and 1"),
-    (dict(feature_cols=["x"], label_cols=["label"], validation="name"), r"validation column 'name'.*boolean or integer"),
+    (dict(feature_cols=["x"], label_cols=["label"], validation="name"),
+     r"validation column 'name'.*boolean or integer"),
     (dict(feature_cols=["x"], label_cols=["label"], validation="x"), r"validation column 'x'.*boolean or integer"),
     (dict(feature_cols=["x"], label_cols=["label"], validation="absent"), r"validation column 'absent' is not"),
     (dict(feature_cols=["x"], label_cols=["label"], validation="with_null"), r"'with_null'"),
@@ -192,7 +194,8 @@ def test_validation_by_column(spark, good_df, store, column, expected):
 
 def test_second_prepare_reuses_files_without_any_job(spark, store):
     def build():
-        return spark.range(100, numPartitions=2).select("id", (F.col("id") * 0.5).alias("x"), (F.col("id") % 2).alias("y"))
+        return spark.range(100, numPartitions=2).select(
+            "id", (F.col("id") * 0.5).alias("x"), (F.col("id") % 2).alias("y"))
 
     first, jobs = _jobs_run(spark, lambda: prepare_data(store, build(), ["x"], ["y"], validation=0.2))
     assert jobs >= 2 and not first.reused
@@ -208,7 +211,10 @@ def test_second_prepare_reuses_files_without_any_job(spark, store):
 
     changed_data = prepare_data(store, build().filter("id > 0"), ["x"], ["y"], validation=0.2)
     changed_params = prepare_data(store, build(), ["x"], ["y"], validation=0.3)
-    assert len({first.key, changed_data.key, changed_params.key}) == 3
+    reordered = prepare_data(store, build(), ["x", "id"], ["y"], validation=0.2)
+    swapped = prepare_data(store, build(), ["id", "x"], ["y"], validation=0.2)
+    assert len({first.key, changed_data.key, changed_params.key, reordered.key, swapped.key}) == 5
+    assert swapped.feature_cols == ["id", "x"] and list(swapped.metadata) == ["id", "x", "y"]
 
 
 def test_dataframes_from_python_data_are_told_apart(spark, store):

@@ -39,6 +39,7 @@ def spark(tmp_path_factory):
     session = (SparkSession.builder.master("local-cluster[%d,%d,1024]" % (WORKERS, CORES))
                .appName("test_spark_cluster")
                .config("spark.ui.enabled", "false")
+               .config("spark.ui.showConsoleProgress", "false")
                .config("spark.executorEnv.PYTHONPATH", REPO_ROOT)
                .config("spark.worker.resource.gpu.amount", "2")
                .config("spark.worker.resource.gpu.discoveryScript", str(script))
@@ -127,6 +128,35 @@ def test_allreduce_across_executors(spark, monkeypatch):
     results = horovod_spark.run(_allreduce_and_optimizer_step, num_proc=NUM_PROC, verbose=0)
     check_allreduce_and_step(results, NUM_PROC)
     assert sorted((r["local_rank"], r["local_size"]) for r in results) == [(0, 2), (0, 2), (1, 2), (1, 2)]
+
+
+def _kill_my_task(pid_dir):
+    import signal
+    import time
+    rank = int(os.environ["HOROVOD_RANK"])
+    with open(os.path.join(pid_dir, "%d.pid" % rank), "w") as f:
+        f.write(str(os.getpid()))
+    if rank == 1:
+        time.sleep(0.5)
+        os.kill(os.getppid(), signal.SIGKILL)  # the Spark task's Python worker dies: no report
+        time.sleep(60)  # we die with it (parent-death signal)
+    time.sleep(120)
+
+
+def test_spark_task_crash_is_not_retried_for_minutes(spark, tmp_path):
+    """A task lost outside fn: Spark (task.maxFailures=4 here) would retry the barrier stage."""
+    import time
+    from test_spark_run import _alive
+    start = time.monotonic()
+    with pytest.raises(HorovodSparkError) as info:
+        horovod_spark.run(_kill_my_task, args=(str(tmp_path),), num_proc=NUM_PROC, verbose=0)
+    assert time.monotonic() - start < 20
+    text = str(info.value)
+    assert "rank 1" in text or "outside fn" in text, text
+    pids = [int(p.read_text()) for p in tmp_path.glob("*.pid")]
+    assert len(pids) == NUM_PROC and [p for p in pids if _alive(p)] == []
+    tracker = spark.sparkContext.statusTracker()
+    assert not tracker.getActiveJobsIds()
 
 
 def test_slots_counted_from_executors(spark):

@@ -1,10 +1,12 @@
 """horovod_spark.run on one local[4] SparkSession: results, environment, failures, timeouts, logs,
 service authentication, argument checks."""
+import importlib.util
 import io
 import os
 import pickle
 import re
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -35,6 +37,7 @@ def spark():
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     session = (SparkSession.builder.master("local[%d]" % SLOTS).appName("test_spark_run")
                .config("spark.ui.enabled", "false")
+               .config("spark.ui.showConsoleProgress", "false")
                .config("spark.executorEnv.PYTHONPATH", REPO_ROOT)
                .getOrCreate())
     session.sparkContext.setLogLevel("FATAL")
@@ -164,6 +167,67 @@ def check_allreduce_and_step(results, size):
         assert out["weight"] == pytest.approx([0.0 - 0.1 * mean_grad, 0.0 - 0.1 * 1.0])
 
 
+def _die_before_allreduce():
+    """Rank 1 raises while rank 0 waits in an allreduce with it: rank 0 then fails too (peer lost),
+    and the root cause must still be the headline. Raw core ops: no torch import needed."""
+    import numpy as np
+
+    from horovod_spark.common import basics, ops
+    basics.init()
+    if basics.rank() == 1:
+        time.sleep(0.5)
+        raise ValueError("root cause on rank 1")
+    buf = np.ones(4, dtype=np.float32)
+    ops.wait(ops.allreduce_async("x", buf.ctypes.data, buf.ctypes.data, "float32", (4,), ops.Sum),
+             timeout=60)
+    return buf.tolist()
+
+
+def _mpi_where(fail_rank=None, pid_dir=None):
+    """Under use_mpi=True: MPI's view of this rank, and which Spark Python worker it descends from."""
+    from mpi4py import MPI
+    comm = MPI.COMM_WORLD
+    if pid_dir:  # this rank and mpirun's daemon that started it
+        with open(os.path.join(pid_dir, "%d.pid" % comm.Get_rank()), "w") as f:
+            f.write("%d %d" % (os.getpid(), os.getppid()))
+    pid, worker = os.getpid(), None
+    while pid > 1:  # walk up: rank <- mpirun's daemon <- /bin/sh <- the task's Python worker
+        with open("/proc/%d/cmdline" % pid, "rb") as f:
+            if b"pyspark.daemon" in f.read():
+                worker = pid
+                break
+        with open("/proc/%d/stat" % pid) as f:
+            pid = int(f.read().rsplit(")", 1)[1].split()[1])
+    if comm.Get_rank() == fail_rank:
+        raise RuntimeError("rank %d fails under MPI" % fail_rank)
+    if fail_rank is not None:
+        time.sleep(120)
+    return {"mpi_rank": comm.Get_rank(), "mpi_size": comm.Get_size(),
+            "sum": comm.allreduce(comm.Get_rank() + 1), "worker": worker, "pid": os.getpid()}
+
+
+def _mpi_hvd():
+    import torch
+
+    import horovod_spark.torch as hvd
+    from mpi4py import MPI
+    hvd.init()
+    out = (hvd.rank(), hvd.size(), MPI.COMM_WORLD.Get_rank(),
+           hvd.allreduce(torch.ones(2), op=hvd.Sum, name="mpi").tolist())
+    hvd.shutdown()
+    return out
+
+
+def _needs_mpi():
+    from horovod_spark.spark.mpi_launch import _mpirun
+    if importlib.util.find_spec("mpi4py") is None:
+        pytest.skip("MPI mode needs mpi4py")
+    try:
+        _mpirun()
+    except HorovodSparkError as exc:
+        pytest.skip(str(exc))
+
+
 # -- tests ------------------------------------------------------------------------------------
 
 def test_results_ordered_by_rank(spark):
@@ -178,6 +242,13 @@ def test_allreduce_and_distributed_optimizer(spark):
     results = horovod_spark.run(_allreduce_and_optimizer_step, num_proc=2, verbose=0)
     check_allreduce_and_step(results, 2)
     assert [r["local_rank"] for r in results] == [0, 1]
+
+
+def test_root_cause_beats_peer_lost_errors(spark):
+    with pytest.raises(RankFailedError) as info:
+        horovod_spark.run(_die_before_allreduce, num_proc=2, verbose=0)
+    assert info.value.rank == 1 and info.value.exc_type == "ValueError"
+    assert "root cause on rank 1" in info.value.remote_traceback
 
 
 def test_num_proc_defaults_to_default_parallelism(spark):
@@ -235,6 +306,52 @@ def test_exception_on_one_rank_fails_fast_and_cleans_up(spark, tmp_path):
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", port), timeout=2).close()
     assert _our_threads() == []
+
+
+def test_unreachable_driver_is_a_clear_error(spark, monkeypatch):
+    monkeypatch.setenv("HOROVOD_SPARK_DRIVER_HOST", "no-such-host.invalid")
+    start = time.monotonic()
+    with pytest.raises(HorovodSparkError, match="cannot reach the horovod_spark driver service") as info:
+        horovod_spark.run(lambda: 0, num_proc=2, verbose=0)
+    assert time.monotonic() - start < 15
+    assert "HOROVOD_SPARK_DRIVER_HOST" in str(info.value)
+    assert _our_threads() == []
+
+
+def _sleep_forever(pid_dir):
+    with open(os.path.join(pid_dir, "%s.pid" % os.environ["HOROVOD_RANK"]), "w") as f:
+        f.write(str(os.getpid()))
+    time.sleep(120)
+
+
+def test_interrupted_driver_stops_everything(spark, tmp_path):
+    """Ctrl-C in a notebook: run() raises KeyboardInterrupt, and the ranks die with the job."""
+    import signal
+    tracker = spark.sparkContext.statusTracker()
+
+    def interrupt_when_running():
+        deadline = time.monotonic() + 60
+        while len(list(tmp_path.glob("*.pid"))) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=interrupt_when_running, daemon=True).start()
+    start = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        horovod_spark.run(_sleep_forever, args=(str(tmp_path),), num_proc=2, verbose=0)
+    assert time.monotonic() - start < 60
+    pids = [int(p.read_text()) for p in tmp_path.glob("*.pid")]
+    assert len(pids) == 2 and [p for p in pids if _alive(p)] == []
+    assert not tracker.getActiveJobsIds()
+    assert _our_threads() == []
+
+
+def test_no_spark_session_is_a_clear_error():
+    code = "import horovod_spark; horovod_spark.run(print, num_proc=1)"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, PYTHONPATH=REPO_ROOT))
+    assert proc.returncode != 0
+    assert "HorovodSparkError: horovod_spark.run needs an active SparkSession" in proc.stderr
 
 
 def test_not_enough_slots_fails_at_once(spark):
@@ -389,7 +506,8 @@ def test_driver_service_start_timeout_names_missing_partitions():
     port = service.start()
     try:
         client = KVClient("127.0.0.1", port, key)
-        info = {"host": "h", "addr": "127.0.0.1", "pid": 1, "executor": "e", "attempt_id": 0, "gpus": []}
+        info = {"host": "h", "addr": "127.0.0.1", "pid": 1, "executor": "e", "attempt_id": 0, "gpus": [],
+                "python": sys.executable}
         with pytest.raises(TimeoutError, match=r"only 1 of 3 tasks registered.*missing partitions \[1, 2\]"):
             client.request("register", "job", 0, info, 0.5, wait=0.5)
         assert service.missing_partitions() == [1, 2]
@@ -413,3 +531,27 @@ def test_unpicklable_fn_fails_before_any_job(spark):
 def test_bad_num_proc(spark, bad, error):
     with pytest.raises(error, match="num_proc"):
         horovod_spark.run(lambda: 0, num_proc=bad)
+
+
+def test_mpi_mode_one_rank_per_task(spark):
+    _needs_mpi()
+    out = horovod_spark.run(_mpi_where, num_proc=2, use_mpi=True, verbose=0)
+    assert [(o["mpi_rank"], o["mpi_size"], o["sum"]) for o in out] == [(0, 2, 3), (1, 2, 3)]
+    # Each MPI rank is a descendant of a different Spark Python worker: its own task.
+    assert all(o["worker"] for o in out) and out[0]["worker"] != out[1]["worker"]
+    assert [p for p in (o["pid"] for o in out) if _alive(p)] == []
+
+
+def test_mpi_mode_core_and_failure(spark, tmp_path):
+    _needs_mpi()
+    out = horovod_spark.run(_mpi_hvd, num_proc=2, use_mpi=True, verbose=0)
+    assert out == [(0, 2, 0, [2.0, 2.0]), (1, 2, 1, [2.0, 2.0])]
+    start = time.monotonic()
+    with pytest.raises(RankFailedError) as info:
+        horovod_spark.run(_mpi_where, args=(1, str(tmp_path)), num_proc=2, use_mpi=True, verbose=0)
+    assert time.monotonic() - start < 15
+    assert info.value.rank == 1 and "rank 1 fails under MPI" in info.value.remote_traceback
+    pids = [int(p) for f in tmp_path.glob("*.pid") for p in f.read_text().split()]
+    assert len(pids) == 4  # two ranks, two daemons
+    assert [p for p in pids if _alive(p)] == []
+    assert _our_threads() == []

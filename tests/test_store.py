@@ -45,7 +45,8 @@ def test_create_picks_hdfs_and_parses_namenode():
     assert store.prefix_path == "hdfs://nn.example:9000/user/me/hs"
     assert store.get_checkpoint_path("run1") == "hdfs://nn.example:9000/user/me/hs/runs/run1/checkpoints"
     assert store.fs_path(store.get_checkpoint_path("run1")) == "/user/me/hs/runs/run1/checkpoints"
-    assert store.to_spark_path(store.get_train_data_path("k")) == "hdfs://nn.example:9000/user/me/hs/intermediate_data/k/train"
+    assert store.to_spark_path(store.get_train_data_path("k")) == \
+        "hdfs://nn.example:9000/user/me/hs/intermediate_data/k/train"
     assert store.resolve("/user/other") == "hdfs://nn.example:9000/user/other"
 
     default = Store.create("hdfs:///user/me/hs", user="me")
@@ -173,7 +174,8 @@ def test_filesystem_and_fs_path_serve_pyarrow_dataset(store):
     fs = store.filesystem()
     with fs.open_output_stream(store.fs_path(directory + "/part-0.parquet")) as f:
         pq.write_table(pa.table({"x": [1, 2, 3]}), f)
-    assert ds.dataset(store.fs_path(directory), filesystem=fs, format="parquet").to_table()["x"].to_pylist() == [1, 2, 3]
+    dataset = ds.dataset(store.fs_path(directory), filesystem=fs, format="parquet")
+    assert dataset.to_table()["x"].to_pylist() == [1, 2, 3]
 
 
 def test_stores_pickle_without_their_filesystem(store):

@@ -148,6 +148,39 @@ def _rank_main():
     return results
 
 
+def _single_rank_main():
+    """Size 1: collectives are identities, computed without the core unless forced through it."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import tensorflow as tf
+
+    import horovod_spark.tensorflow as hvd
+    from horovod_spark.tensorflow import _primitives
+
+    hvd.init()
+    x = tf.constant(_data(0, "float32"))
+    results = {}
+    for skip in (True, False):
+        _primitives.SKIP_SINGLE_RANK = skip
+        for mode in MODES:
+            def ops(t):
+                return {"average": hvd.allreduce(t), "scaled": hvd.allreduce(t, op=hvd.Sum, prescale_factor=2.0),
+                        "allgather": hvd.allgather(t), "broadcast": hvd.broadcast(t, 0),
+                        "alltoall": hvd.alltoall(t, splits=[3]), "reducescatter": hvd.reducescatter(t)}
+            got = ops(x) if mode == "eager" else tf.function(ops)(x)
+            results[skip, mode] = {k: _to_numpy(tf, v) for k, v in got.items()}
+    return results
+
+
+def test_single_rank_collectives_are_identities():
+    x = _data(0, "float32")
+    expected = {"average": x, "scaled": 2 * x, "allgather": x, "broadcast": x,
+                "alltoall": [x, np.array([3], np.int32)], "reducescatter": x}
+    results = run_local(_single_rank_main, num_proc=1, timeout=120)[0]
+    for (skip, mode), got in results.items():
+        for key, want in expected.items():
+            _assert_same(got[key], want, "size 1, skip=%s, %s, %s" % (skip, mode, key))
+
+
 @pytest.fixture(scope="module")
 def ranks():
     return run_local(_rank_main, num_proc=SIZE, timeout=200)

@@ -1,8 +1,8 @@
 """The built-in data module: per-rank batches straight from Parquet with pyarrow.dataset."""
 import itertools
-from collections import deque
-from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, Iterator, List, Optional, Sequence
+from collections import Counter, deque
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Callable, Dict, Iterator, List, Optional, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -11,9 +11,10 @@ import pyarrow.dataset as ds
 from horovod_spark.data.prefetch import BackgroundIterator
 from horovod_spark.data.reader import Reader, ReaderStats
 from horovod_spark.data.sharding import Slice, default_steps_per_epoch, epoch_order, epoch_plan
-from horovod_spark.data.shuffle_buffer import Rebatcher, ShuffleBuffer
+from horovod_spark.data.shuffle_buffer import Rebatcher, ShuffleBuffer, chunk_rows
 
 _iterator_ids = itertools.count()
+DEFAULT_SHUFFLE_BUFFER_BYTES = 4 << 20
 
 
 class ArrowReader(Reader):
@@ -21,12 +22,16 @@ class ArrowReader(Reader):
 
     Per epoch, row groups are put in an order drawn from (seed, epoch) (the same on every rank)
     and each rank takes a contiguous, disjoint range of rows of that order (see sharding.py);
-    rows then pass through a shuffle buffer of ``shuffle_buffer_rows`` rows (default: two row
-    groups' worth) and are cut into batches of exactly ``batch_size``. ``shuffle=False`` keeps file
-    order (for evaluation).
+    rows then pass through a shuffle buffer of ``shuffle_buffer_rows`` rows (default: one row
+    group or 4 MiB of rows, whichever is fewer; raise it for more mixing across row groups) and
+    are cut into batches of exactly ``batch_size``. ``shuffle=False``
+    keeps file order (for evaluation).
 
     Row groups are read by ``read_threads`` threads, in order, a few ahead; batches are assembled
     (and ``transformation_fn`` applied) in a background thread up to ``prefetch_batches`` ahead.
+    A training loop should keep one ``iter_batches(start_epoch, num_epochs)`` iterator open and
+    take ``steps_per_epoch`` batches per epoch: read-ahead then runs across epoch boundaries,
+    where ``iter_epoch`` starts each epoch cold.
     """
 
     def __init__(self, store, path: str, *, batch_size: int, rank: int = 0, num_ranks: int = 1,
@@ -44,6 +49,7 @@ class ArrowReader(Reader):
         self.transformation_fn = transformation_fn
         self.prefetch_batches, self.read_threads = prefetch_batches, read_threads
         self.stats = ReaderStats()
+        self._spare_buffers: List[ShuffleBuffer] = []
 
         dataset = ds.dataset(store.fs_path(path), filesystem=store.filesystem(), format="parquet")
         self.columns: List[str] = list(columns) if columns is not None else list(dataset.schema.names)
@@ -58,9 +64,14 @@ class ArrowReader(Reader):
         if self.total_rows == 0:
             raise ValueError("no rows under %s: nothing to read" % path)
         self.steps_per_epoch = steps_per_epoch or default_steps_per_epoch(self.total_rows, num_ranks, batch_size)
-        average_group = self.total_rows / max(1, sum(1 for r in self._unit_rows if r))
         if shuffle_buffer_rows is None:
-            shuffle_buffer_rows = max(batch_size, int(2 * average_group))
+            # At most one row group (the unit of the row-group shuffle) and about
+            # DEFAULT_SHUFFLE_BUFFER_BYTES of decoded rows: every row is copied in and out of the
+            # pool at a random place, and a pool that outgrows the CPU caches makes those copies
+            # cost more than decoding (measured on 64-float rows: 16k rows 66 ms/epoch, 32k 84).
+            row_bytes = sum(u.row_groups[0].total_byte_size for u in self._units) / self.total_rows
+            by_bytes = int(DEFAULT_SHUFFLE_BUFFER_BYTES / max(row_bytes, 1))
+            shuffle_buffer_rows = max(batch_size, min(max(self._unit_rows), by_bytes))
         self.shuffle_buffer_rows = min(shuffle_buffer_rows, self.steps_per_epoch * batch_size)
 
     @property
@@ -82,16 +93,30 @@ class ArrowReader(Reader):
     def _produce(self, start_epoch: int, num_epochs: Optional[int]) -> Iterator[dict]:
         pool = (ThreadPoolExecutor(self.read_threads, thread_name_prefix="hs-reader-io-rank%d" % self.rank)
                 if self.read_threads > 0 else None)
+        buffer = None
         try:
-            epochs = itertools.count(start_epoch) if num_epochs is None else range(start_epoch, start_epoch + num_epochs)
-            buffer = None
-            if self.shuffle and self.shuffle_buffer_rows > 0:
-                buffer = ShuffleBuffer(self.shuffle_buffer_rows, np.random.default_rng(0))
+            epochs = (itertools.count(start_epoch) if num_epochs is None
+                      else range(start_epoch, start_epoch + num_epochs))
+            buffer = self._take_buffer()
             for epoch in epochs:
                 yield from self._epoch(epoch, pool, buffer)
         finally:
             if pool is not None:
                 pool.shutdown(wait=True, cancel_futures=True)
+            # Batches never view the pool (they are copies out of it), so it can serve the next
+            # iterator even when this one was closed mid-epoch; reset() clears it.
+            if buffer is not None:
+                self._spare_buffers.append(buffer)
+
+    def _take_buffer(self) -> Optional[ShuffleBuffer]:
+        if not self.shuffle or self.shuffle_buffer_rows <= 0:
+            return None
+        try:
+            # A loop calling iter_epoch() reuses the previous epoch's pool instead of faulting in
+            # a new one. list.pop is atomic, so concurrent iterators never share one.
+            return self._spare_buffers.pop()
+        except IndexError:
+            return ShuffleBuffer(self.shuffle_buffer_rows, np.random.default_rng(0))
 
     def _epoch(self, epoch: int, pool, buffer: Optional[ShuffleBuffer]) -> Iterator[dict]:
         quota = self.steps_per_epoch * self.batch_size
@@ -113,26 +138,42 @@ class ArrowReader(Reader):
         return self.transformation_fn(batch) if self.transformation_fn is not None else batch
 
     def _read(self, plan: List[Slice], pool) -> Iterator[dict]:
-        if pool is None:
-            for piece in plan:
-                yield self._read_slice(piece)
-            return
-        # In plan order, keeping a few reads in flight so decoding overlaps batching.
-        pending = deque()
+        """The plan's slices as numpy chunks, in plan order. A row group that the plan uses again
+        (a wrapped-around shard) is read once and kept until its last use, rather than decoded
+        again for a few rows."""
+        uses = Counter(piece.unit for piece in plan)
+        held: Dict[int, Future] = {}
+
+        def fetch(unit: int) -> Future:
+            if unit in held:
+                return held[unit]
+            if pool is not None:
+                future = pool.submit(self._read_unit, unit)
+            else:
+                future = Future()
+                future.set_result(self._read_unit(unit))
+            if uses[unit] > 1:
+                held[unit] = future
+            return future
+
         pieces = iter(plan)
-        for piece in itertools.islice(pieces, self.read_threads + 1):
-            pending.append(pool.submit(self._read_slice, piece))
+        # Keep a few reads in flight so decoding overlaps batching (with pool, in its threads).
+        pending = deque((piece, fetch(piece.unit)) for piece in itertools.islice(pieces, self.read_threads + 1))
         while pending:
-            chunk = pending.popleft().result()
-            for piece in itertools.islice(pieces, 1):
-                pending.append(pool.submit(self._read_slice, piece))
+            piece, future = pending.popleft()
+            chunk = future.result()
+            uses[piece.unit] -= 1
+            if not uses[piece.unit]:
+                held.pop(piece.unit, None)
+            for following in itertools.islice(pieces, 1):
+                pending.append((following, fetch(following.unit)))
+            if piece.start or piece.stop != chunk_rows(chunk):
+                chunk = {name: values[piece.start:piece.stop] for name, values in chunk.items()}
             yield chunk
 
-    def _read_slice(self, piece: Slice) -> dict:
-        table = self._units[piece.unit].to_table(columns=self.columns, use_threads=False)
-        if piece.start or piece.stop != table.num_rows:
-            table = table.slice(piece.start, piece.rows)
-        return table_to_numpy(table, self.columns)
+    def _read_unit(self, unit: int) -> dict:
+        # A row group is the smallest unit Parquet decodes, so it is read whole and sliced after.
+        return table_to_numpy(self._units[unit].to_table(columns=self.columns, use_threads=False), self.columns)
 
 
 def table_to_numpy(table: pa.Table, columns: Sequence[str]) -> dict:

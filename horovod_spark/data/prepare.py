@@ -28,8 +28,9 @@ def prepare_data(store, df: DataFrame, feature_cols: Sequence[str], label_cols: 
     train in, and half the bytes); arrays keep their element type; scalars stay scalars.
 
     Everything that can be wrong with the input raises ValueError before any file is written.
-    That costs one aggregation job over ``df`` (rows, nulls, lengths); it and the write job are
-    skipped when the same data was prepared with the same parameters before (same key).
+    That costs one aggregation over ``df`` (rows, nulls, lengths: one pass, which adaptive query
+    execution runs as two Spark jobs) before the write job; both are skipped when the same data
+    was prepared with the same parameters before (same key, see cache_key.py).
     """
     roles = column_roles(feature_cols, label_cols, sample_weight_col)
     check_arguments(df, validation, num_proc, vector_dtype, row_group_bytes, num_files)
@@ -37,9 +38,10 @@ def prepare_data(store, df: DataFrame, feature_cols: Sequence[str], label_cols: 
     if validation is not None and not isinstance(validation, str):
         validation = float(validation)
 
-    params = {"columns": roles, "validation": validation, "seed": seed if isinstance(validation, float) else None,
-              "vector_dtype": vector_dtype, "row_group_bytes": int(row_group_bytes), "compression": compression,
-              "num_files": num_files}
+    # A list, not the dict: the key is hashed from sorted JSON, and column order is part of the data.
+    params = {"columns": list(roles.items()), "validation": validation,
+              "seed": seed if isinstance(validation, float) else None, "vector_dtype": vector_dtype,
+              "row_group_bytes": int(row_group_bytes), "compression": compression, "num_files": num_files}
     key = dataset_key(df, params)
     cached = load_prepared(store, key)
     if cached is not None:

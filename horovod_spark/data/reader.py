@@ -10,6 +10,9 @@ from typing import Callable, Dict, Iterator, Optional, Union
 
 _DATA_MODULES: Dict[str, Union[str, Callable]] = {
     "arrow": "horovod_spark.data.arrow_reader:ArrowReader",
+    # Importable on every stack; raises PetastormUnavailableError (which versions work) where
+    # Petastorm itself cannot be imported (pyarrow >= 16).
+    "petastorm": "horovod_spark.data.petastorm_reader:PetastormReader",
 }
 
 
@@ -47,7 +50,9 @@ class Reader:
 
     Every rank yields ``steps_per_epoch`` batches per epoch, each a dict of column name ->
     numpy array with ``batch_size`` rows (after ``transformation_fn``, whatever it returns).
-    Iterators read ahead in a background thread; close them (or exhaust them, or use ``with``)."""
+    Arrays may be read-only views of the decoded data (always so without shuffling): copy before
+    modifying one in place. Iterators read ahead in a background thread; close them (or exhaust
+    them, or use ``with``)."""
 
     total_rows: int
     steps_per_epoch: int

@@ -9,7 +9,7 @@ steps and none waits for another at the end of an epoch.
 """
 import math
 from dataclasses import dataclass
-from typing import List, Optional, Sequence
+from typing import List, Sequence
 
 import numpy as np
 
@@ -72,7 +72,3 @@ def epoch_plan(unit_rows: Sequence[int], order: Sequence[int], rank: int, num_ra
             needed -= take
     return plan
 
-
-def shard_rows(unit_rows: Sequence[int], rank: int, num_ranks: int, order: Optional[Sequence[int]] = None) -> int:
-    order = range(len(unit_rows)) if order is None else order
-    return sum(s.rows for s in shard(unit_rows, order, rank, num_ranks))

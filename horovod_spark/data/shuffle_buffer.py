@@ -69,7 +69,8 @@ class ShuffleBuffer:
 
 
 class Rebatcher:
-    """Cuts a stream of chunks of any size into batches of exactly ``batch_size`` rows."""
+    """Cuts a stream of chunks of any size into batches of exactly ``batch_size`` rows. Batches
+    inside a chunk are slices of it (no copy); only a batch spanning chunks is concatenated."""
 
     def __init__(self, batch_size: int):
         self.batch_size = batch_size
@@ -82,35 +83,21 @@ class Rebatcher:
 
     def push(self, chunk: Chunk) -> Iterator[Chunk]:
         n = chunk_rows(chunk)
-        if n == 0:
-            return
         start = 0
-        # Whole batches straight from a large chunk: slices, no copy.
-        if not self._pending:
-            while n - start >= self.batch_size:
-                yield {k: v[start:start + self.batch_size] for k, v in chunk.items()}
-                start += self.batch_size
+        if self._pending:
+            need = self.batch_size - self._pending_rows
+            if n < need:
+                if n:
+                    self._pending.append(chunk)
+                    self._pending_rows += n
+                return
+            pieces = self._pending + [{k: v[:need] for k, v in chunk.items()}]
+            self._pending, self._pending_rows = [], 0
+            yield {k: np.concatenate([p[k] for p in pieces]) for k in chunk}
+            start = need
+        while n - start >= self.batch_size:
+            yield {k: v[start:start + self.batch_size] for k, v in chunk.items()}
+            start += self.batch_size
         if start < n:
-            rest = {k: v[start:] for k, v in chunk.items()} if start else chunk
-            self._pending.append(rest)
-            self._pending_rows += n - start
-        while self._pending_rows >= self.batch_size:
-            yield self._take_batch()
-
-    def _take_batch(self) -> Chunk:
-        pieces, need = [], self.batch_size
-        while need:
-            head = self._pending[0]
-            rows = chunk_rows(head)
-            if rows <= need:
-                pieces.append(head)
-                self._pending.pop(0)
-                need -= rows
-            else:
-                pieces.append({k: v[:need] for k, v in head.items()})
-                self._pending[0] = {k: v[need:] for k, v in head.items()}
-                need = 0
-        self._pending_rows -= self.batch_size
-        if len(pieces) == 1:
-            return pieces[0]
-        return {k: np.concatenate([p[k] for p in pieces]) for k in pieces[0]}
+            self._pending = [{k: v[start:] for k, v in chunk.items()}]
+            self._pending_rows = n - start

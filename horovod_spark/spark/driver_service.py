@@ -161,9 +161,10 @@ class DriverService(KVStoreServer):
             if seq <= self._output_seq.get(rank, -1):
                 return None  # a resend after a dropped connection: already printed
             self._output_seq[rank] = seq
-            # Printing under the condition keeps one rank's chunks in order even if its client
-            # reconnected onto another server thread; the sink only writes to a file object.
-            self._on_output(rank, chunks)
+        # Printed outside the shared condition, so a slow terminal never stalls rendezvous or
+        # failure reports. Order per rank holds anyway: a task sends its next chunk only after
+        # this reply.
+        self._on_output(rank, chunks)
         return None
 
     def _failed(self, rank, exc_type, message, traceback):

@@ -27,6 +27,10 @@ class BarrierJob:
     def start(self) -> None:
         self._thread.start()
 
+    @property
+    def started(self) -> bool:
+        return self._thread.ident is not None
+
     def _run(self) -> None:
         try:
             self._sc.setJobGroup(self.group, self._description, interruptOnCancel=True)
@@ -46,7 +50,8 @@ class BarrierJob:
         self._sc.cancelJobGroup(self.group)
 
     def join(self, timeout: float) -> bool:
-        self._thread.join(timeout)
+        if self.started:
+            self._thread.join(timeout)
         return not self._thread.is_alive()
 
     def stage_failures(self) -> int:

@@ -1,19 +1,17 @@
 """``horovod_spark.run``: run a function as ``num_proc`` Horovod ranks in one Spark barrier stage."""
 import functools
 import os
-import time
 import uuid
 from typing import Any, Callable, Dict, List, Optional
-
-import cloudpickle
 
 from horovod_spark.common import wire
 
 from . import placement, preflight
 from .driver_service import DriverService
-from .errors import HorovodSparkError, RankFailedError, StartTimeoutError
+from .errors import HorovodSparkError
 from .job import BarrierJob
 from .output import OutputSink
+from .supervise import supervise
 from .task import TaskSpec, run_task
 
 DEFAULT_START_TIMEOUT = 600.0
@@ -21,9 +19,6 @@ DEFAULT_START_TIMEOUT = 600.0
 # cancelled Spark job gets to wind down, before run() raises anyway (with a warning).
 _EXIT_CONFIRM_S = 5.0
 _JOB_JOIN_S = 8.0
-_STAGE_POLL_S = 1.0
-_MPI_POLL_S = 0.2
-_MPI_REPORT_GRACE_S = 2.0
 
 
 def _spark_context():
@@ -146,15 +141,15 @@ def run(fn: Callable, args=(), kwargs: Optional[dict] = None, num_proc: Optional
     launcher = None
     ok = False
     try:
-        job.start()
         if use_mpi:
-            from .mpi_launch import MpiLauncher
+            from .mpi_launch import MpiLauncher  # checks for mpirun before any job exists
             launcher = MpiLauncher(service, addrs[0], key, num_proc, sink, log)
-        results = _supervise(service, job, launcher, start_timeout, log)
+        job.start()
+        results = supervise(service, job, launcher, start_timeout, log)
         ok = True
         return results
     finally:
-        if not ok:
+        if not ok and job.started:
             if not job.done:
                 job.cancel()
             service.abort("run() on the driver is stopping the job")
@@ -165,123 +160,11 @@ def run(fn: Callable, args=(), kwargs: Optional[dict] = None, num_proc: Optional
                 log(1, "ranks %s did not confirm their processes exited within %.0f s; Spark kills "
                        "their Python workers, and the rank processes die with them"
                     % (stuck, _EXIT_CONFIRM_S))
-        if launcher is not None:
-            launcher.close()
-        if not job.join(_JOB_JOIN_S):
-            log(1, "the cancelled Spark job group %s is still winding down" % job.group)
-        sink.close()
-        service.stop()
-
-
-def _supervise(service: DriverService, job: BarrierJob, launcher, start_timeout: float, log) -> List[Any]:
-    started = time.monotonic()
-    deadline = started + start_timeout
-    next_stage_poll = started + _STAGE_POLL_S
-    announced = False
-    while True:
-        wait_s = min(next_stage_poll, deadline) - time.monotonic()
-        if launcher is not None:
-            wait_s = min(wait_s, _MPI_POLL_S)  # mpirun's exit does not notify the condition
-        with service.condition:
-            service.condition.wait_for(
-                lambda: service.failures or job.done
-                or (service.table is None and time.monotonic() >= deadline),
-                timeout=max(0.05, wait_s))
-            failures = list(service.failures)
-            table_ready = service.table is not None
-        if failures:
-            raise _rank_failure(service, job)
-        if job.done:
-            return _collect(service, job)
-        if not table_ready and time.monotonic() >= deadline:
-            raise _start_timeout_error(service, job, start_timeout)
-        if launcher is not None and table_ready:
-            launcher.poll()
-            if launcher.exited_at is not None and launcher.returncode != 0:
-                # The failed rank's own report (with its traceback) may be a moment behind.
-                if time.monotonic() - launcher.exited_at < _MPI_REPORT_GRACE_S:
-                    continue
-                if not job.done:
-                    job.cancel()
-                raise HorovodSparkError(launcher.failure_message())
-        now = time.monotonic()
-        if now >= next_stage_poll:
-            next_stage_poll = now + _STAGE_POLL_S
-            if job.stage_failures() > 0:
-                # A Spark-level task failure (worker crash, lost executor) that no rank could
-                # report: Spark would now retry the whole barrier stage, for minutes.
-                job.join(2.0)
-                if service.failures:
-                    raise _rank_failure(service, job)
-                if not job.done:
-                    job.cancel()
-                raise HorovodSparkError(
-                    "a task of the barrier stage (job group %s) failed in Spark outside fn, e.g. "
-                    "its Python worker or executor died; the job was cancelled instead of letting "
-                    "Spark retry the stage. Spark said: %s" % (job.group, _spark_message(job.error)))
-            if table_ready and not announced:
-                announced = True
-                log(2, "all %d ranks registered after %.1f s" % (service.num_proc, service.registered_at - started))
-
-
-def _spark_message(error) -> str:
-    if error is None:
-        return "(no error reported yet)"
-    text = str(error).strip().splitlines()
-    return text[0] if text else type(error).__name__
-
-
-def _rank_failure(service: DriverService, job: BarrierJob) -> RankFailedError:
-    # Peers of a failed rank fail a moment later ("peer lost"); stop them before reading the list,
-    # and give the first failure the headline.
-    # Cancel before aborting: the DAGScheduler then fails the job before any aborted task can
-    # return, so Spark never records a "successful" job or retries the stage.
-    if not job.done:
-        job.cancel()
-    service.abort("another rank failed")
-    with service.condition:
-        failures = list(service.failures)
-    first = failures[0]
-    others = {f["rank"]: f["exc_type"] for f in failures[1:]}
-    return RankFailedError(first["rank"], first["exc_type"], first["message"], first["traceback"],
-                           job.group, first["host"], others)
-
-
-def _start_timeout_error(service: DriverService, job: BarrierJob, start_timeout: float) -> StartTimeoutError:
-    missing = service.missing_partitions()
-    launched = job.launched_tasks()
-    if launched == 0:
-        why = ("Spark never started the barrier stage's tasks: it needs %d free task slots at once "
-               "and other jobs may be holding them, or executors were lost"
-               % service.num_proc)
-    else:
-        why = ("their Spark tasks started (%d of %d) but never reached the driver service: check "
-               "that executors can connect to the driver (HOROVOD_SPARK_DRIVER_HOST) and that "
-               "horovod_spark is installed on them (executor logs)" % (launched, service.num_proc))
-    if not job.done:
-        job.cancel()
-    service.abort("start timeout")
-    return StartTimeoutError(
-        "start_timeout (%.0f s) expired: ranks/partitions %s never registered with the driver; %s. "
-        "Raise start_timeout (or HOROVOD_SPARK_START_TIMEOUT) if the cluster is just slow."
-        % (start_timeout, missing, why), missing, job.group)
-
-
-def _collect(service: DriverService, job: BarrierJob) -> List[Any]:
-    if job.error is not None:
-        with service.condition:
-            has_failures = bool(service.failures)
-        if has_failures:
-            raise _rank_failure(service, job)
-        raise HorovodSparkError("the Spark job of run() (group %s) failed: %s"
-                                % (job.group, _spark_message(job.error))) from job.error
-    by_rank = {}
-    for partition, status, payload in job.results:
-        if status != "ok":
-            raise HorovodSparkError("rank %d ended with status %r but no failure was reported"
-                                    % (partition, status))
-        by_rank[partition] = payload
-    missing = [r for r in range(service.num_proc) if r not in by_rank]
-    if missing:
-        raise HorovodSparkError("the Spark job returned no result for ranks %s" % missing)
-    return [cloudpickle.loads(by_rank[r]) for r in range(service.num_proc)]
+        try:
+            if launcher is not None:
+                launcher.close()
+            if not job.join(_JOB_JOIN_S):
+                log(1, "the cancelled Spark job group %s is still winding down" % job.group)
+            sink.close()
+        finally:
+            service.stop()

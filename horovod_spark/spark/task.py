@@ -12,7 +12,6 @@ import shutil
 import socket
 import sys
 import tempfile
-import threading
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -25,8 +24,8 @@ from . import placement as placement_mod
 from .gpus import ASSIGNED_GPUS_ENV
 from .mpi_task import MpiDaemonSlot
 from .rank_process import RankProcess
+from .task_control import TaskControl
 
-_CONTROL_POLL_S = 10.0
 _STDERR_TAIL_LINES = 20
 # Spark worker plumbing the rank has no use for (and should not see).
 _DROP_ENV = ("PYTHON_WORKER_FACTORY_SECRET", "_PYSPARK_DRIVER_CONN_INFO_PATH", "SPARK_REUSE_WORKER",
@@ -87,64 +86,6 @@ def _task_context():
     gpu = ctx.resources().get("gpu")
     gpus = list(gpu.addresses) if gpu is not None else []
     return partition, executor, gpus, int(ctx.taskAttemptId())
-
-
-class _Control(threading.Thread):
-    """Long-polls the driver for commands; on abort or a lost driver, kills the rank."""
-
-    def __init__(self, spec: TaskSpec, addr: str, rank: int, on_exec=None):
-        super().__init__(name="hs-task-control", daemon=True)
-        self._client = KVClient(addr, spec.port, spec.key)
-        self._rank = rank
-        self._on_exec = on_exec
-        self._lock = threading.Lock()
-        self._target: Optional[RankProcess] = None
-        self.abort_reason: Optional[str] = None
-        self.lost_driver: Optional[str] = None
-        self._done = threading.Event()
-
-    def watch(self, proc: Optional[RankProcess]) -> None:
-        with self._lock:
-            self._target = proc
-            if proc is not None and (self.abort_reason or self.lost_driver):
-                proc.kill_tree()
-
-    def run(self) -> None:
-        try:
-            while not self._done.is_set():
-                try:
-                    commands = self._client.request("control", self._rank, _CONTROL_POLL_S,
-                                                    wait=_CONTROL_POLL_S)
-                except Exception as exc:
-                    if not self._done.is_set():
-                        self._stop_rank(lost="lost the driver service: %s" % exc)
-                    return
-                for command in commands:
-                    if command[0] == "abort":
-                        self._stop_rank(abort=command[1])
-                        return
-                    if command[0] == "stop":
-                        return
-                    if command[0] == "exec" and self._on_exec is not None:
-                        self._on_exec(*command[1:])
-        finally:
-            self._client.close()
-
-    def _stop_rank(self, abort: Optional[str] = None, lost: Optional[str] = None) -> None:
-        with self._lock:
-            self.abort_reason = abort
-            self.lost_driver = lost
-            target = self._target
-        if target is not None:
-            target.kill_tree()
-
-    def close(self, timeout: float) -> None:
-        self._done.set()
-        self.join(timeout)
-        if self.is_alive():
-            # Still inside a long poll the driver has not answered: cut the socket under it.
-            self._client.close()
-            self.join(timeout)
 
 
 class _Shipper:
@@ -220,7 +161,7 @@ def run_task(spec: TaskSpec, _iterator):
     """mapPartitions body: yields one (partition, status, result bytes or None)."""
     partition, executor, gpus, attempt_id = _task_context()
     client, addr = _connect(spec)
-    control: Optional[_Control] = None
+    control: Optional[TaskControl] = None
     workdir = None
     proc: Optional[RankProcess] = None
     mpi_slot: Optional[MpiDaemonSlot] = None
@@ -243,7 +184,7 @@ def run_task(spec: TaskSpec, _iterator):
         env = rank_env(spec, addr, place, gpus, workdir)
         if spec.use_mpi:
             mpi_slot = MpiDaemonSlot(env, shipper, client, partition)
-        control = _Control(spec, addr, partition, on_exec=mpi_slot.on_exec if mpi_slot else None)
+        control = TaskControl(spec, addr, partition, on_exec=mpi_slot.on_exec if mpi_slot else None)
         control.start()
         if mpi_slot is not None:
             # mpirun starts once every task registered; its daemon for us arrives by control.
@@ -263,15 +204,17 @@ def run_task(spec: TaskSpec, _iterator):
             pass
         returncode = proc.kill_tree()  # reaps what fn forked and left behind
         proc.finish()
-        if control.abort_reason is not None:
-            return [(partition, "aborted", None)]
-        if control.lost_driver is not None:
-            raise ConnectionError("horovod_spark task for rank %d %s" % (partition, control.lost_driver))
         if mpi_slot is not None:
             mpi_slot.report_exit(returncode)
         status, result, error = _outcome(workdir, returncode, shipper, spec.use_mpi)
-        if error is not None:
+        stopped_by_us = control.abort_reason is not None or control.lost_driver is not None
+        if error is not None and not (stopped_by_us and error[0] == "ProcessExit"):
+            # fn's own exception counts even if an abort raced with it: it may be the root cause.
             client.request("failed", partition, *error)
+        if control.lost_driver is not None:
+            raise ConnectionError("horovod_spark task for rank %d %s" % (partition, control.lost_driver))
+        if control.abort_reason is not None:
+            return [(partition, "aborted", None)]
         return [(partition, status, result)]
     except BaseException as exc:
         # Our own machinery failed (not fn): tell the driver first so it cancels at once rather

@@ -36,7 +36,7 @@ def _result_from_core(result, like):
 
 def allreduce(arrays, names, op, prescale=1.0, postscale=1.0, process_set_id=0, groups=()):
     """Reduce each array; ``groups`` (lists of indices) are negotiated and fused as units."""
-    outs = [_buffers.empty_aligned(a.shape, a.dtype) for a in arrays]
+    outs = [_buffers.result_pool.empty(a.shape, a.dtype) for a in arrays]
     grouped = set()
     handles = [None] * len(arrays)
     for group in groups:
@@ -67,7 +67,7 @@ def allgather(arrays, names, process_set_id=0):
 
 def broadcast(arrays, names, root_rank, process_set_id=0):
     """Every rank gets root's arrays (``root_rank`` counts within the process set)."""
-    outs = [_buffers.empty_aligned(a.shape, a.dtype) for a in arrays]
+    outs = [_buffers.result_pool.empty(a.shape, a.dtype) for a in arrays]
     handles = [_core.broadcast_async(n, a.ctypes.data, o.ctypes.data, _core_dtype(a), a.shape, root_rank,
                                      process_set_id)
                for a, o, n in zip(arrays, outs, names)]

@@ -145,8 +145,13 @@ def alltoall(tensor, name, splits, process_set):
         if _single(process_set):
             if not split_inputs:
                 return [tf.identity(xs[0]), tf.reshape(tf.shape(xs[0], out_type=tf.int32)[0], [1])]
-            kept = tf.cast(split_inputs[0][:1], tf.int32)
-            return [xs[0][:kept[0]], kept]
+            splits32 = tf.cast(split_inputs[0], tf.int32)
+            rows = tf.shape(xs[0], out_type=tf.int32)[0]
+            check = tf.debugging.assert_equal(
+                tf.reduce_sum(splits32), rows,
+                message="alltoall of '%s': splits must have 1 entry summing to the first dimension" % name)
+            with tf.control_dependencies([check]):
+                return [tf.identity(xs[0]), tf.identity(splits32)]
 
         def np_fn(a, *s):
             out, received = _arrays.alltoall(a, name, s[0] if s else None, psid)

@@ -1,0 +1,123 @@
+"""Where a small horovod_spark allreduce spends its time, layer by layer.
+
+    horovod-spark-run -np 2 python benchmarks/workers/hs_latency_breakdown.py [--bytes 4096]
+
+Times (median over iterations of the slowest rank), for one tensor of --bytes:
+  torch_allreduce_   hvd.allreduce_ as a training script calls it
+  core_direct        horovod_spark.common.ops.allreduce_async + wait: no torch layer
+  torch_submit       just the hvd.allreduce_async_ call (returns before data moves)
+  torch_synchronize  just hvd.synchronize on that handle
+  barrier            hvd.barrier: one negotiation round with no data
+and for a DistributedOptimizer-like step of --count tensors of --tensor-bytes:
+  step_submit        the loop of allreduce_async_ calls
+  step_synchronize   the loop of synchronize calls
+Pair it with --timeline-filename on the launcher and benchmarks/timeline_summary.py to split the
+core's share into negotiation and data movement.
+"""
+import argparse
+import time
+
+import numpy as np
+
+import _timing
+
+import torch
+import horovod_spark.torch as hvd
+from horovod_spark.common import ops
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--bytes", type=int, default=4096)
+    p.add_argument("--iters", type=int, default=2000)
+    p.add_argument("--count", type=int, default=256)
+    p.add_argument("--tensor-bytes", type=int, default=16 << 10)
+    p.add_argument("--steps", type=int, default=100)
+    args = p.parse_args()
+    hvd.init()
+    rank = hvd.rank()
+    max_ids = iter(range(1 << 30))
+
+    def max_across(arr):
+        t = torch.from_numpy(np.ascontiguousarray(arr, dtype=np.float64).copy())
+        return hvd.allreduce(t, op=hvd.Max, name="breakdown.max.%d" % next(max_ids)).numpy()
+
+    def measure(label, fn, iters, extra=None):
+        for _ in range(max(10, iters // 10)):
+            fn()
+        hvd.barrier()
+        times = np.empty(iters)
+        for i in range(iters):
+            times[i] = fn()
+        times = max_across(times)
+        if rank == 0:
+            rec = {"kind": "breakdown", "what": label, "np": hvd.size()}
+            rec.update(extra or {})
+            rec.update(_timing.summarize(times))
+            _timing.emit(rec)
+
+    clock = time.perf_counter
+    buf = torch.zeros(args.bytes // 4, dtype=torch.float32)
+    ptr, shape = buf.data_ptr(), tuple(buf.shape)
+    size_info = {"bytes": args.bytes}
+
+    def torch_allreduce():
+        t = clock()
+        hvd.allreduce_(buf, op=hvd.Sum, name="bd.torch")
+        return clock() - t
+
+    def core_direct():
+        t = clock()
+        ops.wait(ops.allreduce_async("allreduce.bd.core", ptr, ptr, "float32", shape, ops.Sum))
+        return clock() - t
+
+    def torch_submit():
+        t = clock()
+        h = hvd.allreduce_async_(buf, op=hvd.Sum, name="bd.split")
+        d = clock() - t
+        hvd.synchronize(h)
+        return d
+
+    def torch_synchronize():
+        h = hvd.allreduce_async_(buf, op=hvd.Sum, name="bd.split")
+        t = clock()
+        hvd.synchronize(h)
+        return clock() - t
+
+    def barrier():
+        t = clock()
+        hvd.barrier()
+        return clock() - t
+
+    for label, fn in (("torch_allreduce_", torch_allreduce), ("core_direct", core_direct),
+                      ("torch_submit", torch_submit), ("torch_synchronize", torch_synchronize),
+                      ("barrier", barrier)):
+        measure(label, fn, args.iters, size_info)
+
+    grads = [torch.zeros(args.tensor_bytes // 4, dtype=torch.float32) for _ in range(args.count)]
+    names = ["bd.grad.%d" % i for i in range(args.count)]
+    step_info = {"tensors": args.count, "tensor_bytes": args.tensor_bytes}
+    split = {}
+
+    def step_submit():
+        t = clock()
+        split["h"] = [hvd.allreduce_async_(g, op=hvd.Sum, name=n) for g, n in zip(grads, names)]
+        d = clock() - t
+        for h in split["h"]:
+            hvd.synchronize(h)
+        return d
+
+    def step_synchronize():
+        handles = [hvd.allreduce_async_(g, op=hvd.Sum, name=n) for g, n in zip(grads, names)]
+        t = clock()
+        for h in handles:
+            hvd.synchronize(h)
+        return clock() - t
+
+    measure("step_submit", step_submit, args.steps, step_info)
+    measure("step_synchronize", step_synchronize, args.steps, step_info)
+    hvd.shutdown()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,37 @@
+"""The estimator base class shared by TorchEstimator and (later) KerasEstimator."""
+from typing import Optional
+
+from pyspark.ml import Estimator
+
+from .data_source import DataFrameSource, ParquetSource
+from .fit import run_fit
+from .params import EstimatorParams
+
+
+class HorovodEstimator(Estimator, EstimatorParams):
+    framework = None
+
+    def _fit(self, dataset):
+        return run_fit(self, DataFrameSource(dataset))
+
+    def fit_on_parquet(self, train_path: str, val_path: Optional[str] = None, params=None):
+        """Fit on Parquet already in the store (paths relative to its root, or absolute): a directory
+        of Parquet files with the feature/label columns, or a dataset directory written by
+        prepare_data. Validation rows come from ``val_path`` (or the dataset's val/)."""
+        est = self.copy(params) if params else self
+        return run_fit(est, ParquetSource(train_path, val_path))
+
+    # -- framework hooks ---------------------------------------------------------------------------
+    def _check_framework(self, cfg):
+        """Check the framework Params; return a fit.FrameworkPlan."""
+        raise NotImplementedError
+
+    def _remote_trainer(self):
+        """The importable function(TrainSpec) every rank runs; rank 0 returns the result dict."""
+        raise NotImplementedError
+
+    def _build_model(self, result: dict, cfg, run_id: str):
+        raise NotImplementedError
+
+    def _rank_env(self, cfg) -> dict:
+        return {}

@@ -1,0 +1,135 @@
+"""The fitted-model base class: a Spark ML Model whose transform() runs the framework model on
+Arrow batches in the executors, and which saves/loads like any Spark ML stage.
+
+A framework subclass supplies ``framework``, ``serialize(model) -> bytes``,
+``deserialize(bytes) -> model`` and two importable worker functions, ``_loader`` and
+``_predictor`` (see inference.make_predict_udf).
+"""
+import hashlib
+import math
+
+from pyspark.ml import Model
+from pyspark.ml.util import MLReadable, MLWritable
+from pyspark.sql import DataFrame, functions as F
+from pyspark.sql import types as T
+
+from . import inference
+from .params import ModelParams
+from .persistence import HorovodModelReader, HorovodModelWriter
+
+_NON_JSON_PARAMS = ("model",)
+
+
+class HorovodModel(Model, ModelParams, MLReadable, MLWritable):
+    framework = None
+
+    # -- framework hooks -----------------------------------------------------------------------------
+    @staticmethod
+    def serialize(model) -> bytes:
+        raise NotImplementedError
+
+    @staticmethod
+    def deserialize(data: bytes):
+        raise NotImplementedError
+
+    _loader = None      # importable function(bytes) -> model, run in Spark's Python workers
+    _predictor = None   # importable function(model, [numpy inputs]) -> [numpy outputs]
+
+    # -- the model object --------------------------------------------------------------------------
+    def getModel(self):
+        """The trained framework model (e.g. a torch.nn.Module, on CPU, in eval mode)."""
+        return self.getOrDefault("model")
+
+    def setModel(self, model):
+        return self._set(model=model)
+
+    def getHistory(self):
+        """{metric: [value per epoch]}: loss and metrics, and val_* when there was validation data."""
+        return self.getOrDefault("history")
+
+    def model_bytes(self) -> bytes:
+        model = self.getOrDefault("model")
+        if model is None:
+            raise ValueError("this %s has no model: set one with setModel()" % type(self).__name__)
+        return self.serialize(model)
+
+    def set_model_bytes(self, data: bytes) -> None:
+        self._set(model=self.deserialize(data))
+
+    def json_params(self):
+        return {p.name: v for p, v in self._paramMap.items() if p.name not in _NON_JSON_PARAMS}
+
+    # -- transform ---------------------------------------------------------------------------------
+    def _transform(self, dataset: DataFrame) -> DataFrame:
+        features = list(self.getOrDefault("feature_cols") or [])
+        if not features:
+            raise ValueError("feature_cols is not set on this model: set the feature column names")
+        fields = {f.name: f.dataType for f in dataset.schema.fields}
+        missing = [c for c in features if c not in fields]
+        if missing:
+            raise ValueError("feature_cols %s are not in the DataFrame (columns: %s)" % (missing, dataset.columns))
+        outputs = self.resolved_output_cols()
+        if not outputs:
+            raise ValueError("neither output_cols nor label_cols is set: set output_cols to name the predictions")
+        clash = [c for c in outputs if c in fields]
+        if clash:
+            raise ValueError("output column(s) %s already exist in the DataFrame: drop them or set output_cols to "
+                             "other names" % clash)
+
+        inputs = F.struct(*[_model_input(c, fields[c]).alias("f%d" % i) for i, c in enumerate(features)])
+        data = self.model_bytes()
+        key = "%s-%s" % (self.uid, hashlib.sha256(data).hexdigest()[:20])
+        shapes = self.getOrDefault("output_shapes") or self._probe_output_shapes(dataset, inputs, key, data)
+        if len(shapes) != len(outputs):
+            raise ValueError("the model has %d output(s) but %d output column(s) are named (%s): name one per output"
+                             % (len(shapes), len(outputs), outputs))
+        scalar = [math.prod(s) == 1 for s in shapes]
+        kinds = [T.DoubleType() if s else T.ArrayType(T.FloatType(), False) for s in scalar]
+        return_type = kinds[0] if len(kinds) == 1 else T.StructType(
+            [T.StructField(name, kind, False) for name, kind in zip(outputs, kinds)])
+        udf = inference.make_predict_udf(key, data, type(self)._loader, type(self)._predictor,
+                                         self.getOrDefault("input_shapes"), scalar, outputs, return_type)
+        if len(outputs) == 1:
+            return dataset.withColumn(outputs[0], udf(inputs))
+        holder = "__horovod_spark_outputs_%s" % key[-8:]
+        with_struct = dataset.withColumn(holder, udf(inputs))
+        return with_struct.withColumns({name: F.col(holder)[name] for name in outputs}).drop(holder)
+
+    def _probe_output_shapes(self, dataset, inputs, key, data):
+        """Output shapes of a model that was not fitted here (so none were recorded): run it on one row."""
+        from .shapes import model_inputs, per_row_shape
+        from .spark_compat import collect_arrow
+        # collect_arrow: DataFrame.toArrow() is pyspark 4 only; the older stack (3.5) collects otherwise.
+        table = collect_arrow(dataset.select(inputs.alias("x")).limit(1))
+        if table.num_rows == 0:
+            raise ValueError("cannot tell the model's output shapes from an empty DataFrame; set output_shapes")
+        struct = table.column("x").combine_chunks()
+        columns = [inference.column_to_numpy(a) for a in struct.flatten()]
+        model = inference.cached_model(key, data, type(self)._loader)
+        results = type(self)._predictor(model, model_inputs(columns, self.getOrDefault("input_shapes")))
+        shapes = [per_row_shape(r) for r in results]
+        self._set(output_shapes=shapes)
+        return shapes
+
+    # -- persistence ---------------------------------------------------------------------------------
+    def write(self):
+        return HorovodModelWriter(self)
+
+    @classmethod
+    def read(cls):
+        return HorovodModelReader(cls)
+
+
+def _model_input(name: str, data_type):
+    from pyspark.ml.functions import vector_to_array
+
+    from horovod_spark.data.schema import column, is_vector_type, scalar_dtype
+    if is_vector_type(data_type):
+        # float32, as prepare_data writes vectors for training: the model sees the same values.
+        return vector_to_array(column(name), "float32")
+    if scalar_dtype(data_type) is not None:
+        return column(name)
+    if isinstance(data_type, T.ArrayType) and scalar_dtype(data_type.elementType) is not None:
+        return column(name)
+    raise ValueError("feature column %r has type %s, which transform() cannot feed to the model: use numeric "
+                     "scalars, arrays of numbers or pyspark.ml vectors" % (name, data_type.simpleString()))

@@ -1,0 +1,56 @@
+"""Save/load of fitted models with Spark ML's layout, so PipelineModel can hold them:
+
+    <path>/metadata/   DefaultParamsWriter JSON: class, uid, JSON-valued Params (history included)
+    <path>/model/      one-row Parquet file holding the framework model's bytes
+
+Both parts go through Spark, so any path Spark can write (local, hdfs://, dbfs:/, s3a://) works
+with the same code, and ``write().overwrite()`` uses Spark's own overwrite handling.
+"""
+import importlib
+
+from pyspark.ml.util import DefaultParamsReader, DefaultParamsWriter, MLReader, MLWriter
+
+FORMAT_VERSION = 1
+_MODEL_DIR = "model"
+
+
+def _join(path: str, name: str) -> str:
+    return path.rstrip("/") + "/" + name
+
+
+class HorovodModelWriter(MLWriter):
+    def __init__(self, instance):
+        super().__init__()
+        self.instance = instance
+
+    def saveImpl(self, path: str) -> None:
+        instance = self.instance
+        data = instance.model_bytes()
+        extra = {"horovod_spark": {"format_version": FORMAT_VERSION, "framework": instance.framework}}
+        DefaultParamsWriter.saveMetadata(instance, path, self.sparkSession, extraMetadata=extra,
+                                         paramMap=instance.json_params())
+        frame = self.sparkSession.createDataFrame([(bytearray(data),)], "model binary")
+        frame.coalesce(1).write.parquet(_join(path, _MODEL_DIR))
+
+
+class HorovodModelReader(MLReader):
+    def __init__(self, cls):
+        super().__init__()
+        self.cls = cls
+
+    def load(self, path: str):
+        metadata = DefaultParamsReader.loadMetadata(path, self.sparkSession)
+        info = metadata.get("horovod_spark") or {}
+        if info.get("format_version") != FORMAT_VERSION:
+            raise ValueError("%s was not saved by a horovod_spark model of this version (format %r, expected %r)"
+                             % (path, info.get("format_version"), FORMAT_VERSION))
+        module, _, name = metadata["class"].rpartition(".")
+        cls = getattr(importlib.import_module(module), name)
+        if not issubclass(cls, self.cls):
+            raise ValueError("%s holds a %s, not a %s" % (path, metadata["class"], self.cls.__name__))
+        instance = cls()
+        instance._resetUid(metadata["uid"])
+        DefaultParamsReader.getAndSetParams(instance, metadata)
+        row = self.sparkSession.read.parquet(_join(path, _MODEL_DIR)).first()
+        instance.set_model_bytes(bytes(row[0]))
+        return instance

@@ -1,0 +1,43 @@
+"""Rank 0's side of progress reporting: one marked JSON line per event on stdout.
+
+The Spark runner already streams every rank's stdout to the driver, line by line, over its
+authenticated service, so progress needs no socket of its own: the driver's ProgressPrinter
+(progress_driver.py) picks the marked lines out of that stream. Per-step events are throttled
+to one per ``interval`` seconds; epoch events are always sent.
+"""
+import json
+import sys
+import time
+
+MARKER = "\x1ehorovod_spark.progress "
+
+
+class ProgressReporter:
+    def __init__(self, enabled: bool, interval: float = 0.5, out=None):
+        self.enabled = enabled
+        self.interval = interval
+        self._out = out if out is not None else sys.stdout
+        self._last_step = 0.0
+
+    def emit(self, event: str, **fields) -> None:
+        if not self.enabled:
+            return
+        fields["event"] = event
+        self._out.write(MARKER + json.dumps(fields, allow_nan=True) + "\n")
+        self._out.flush()
+
+    def train_begin(self, epochs: int, start_epoch: int, steps_per_epoch: int, val_steps: int, run_id: str) -> None:
+        self.emit("train_begin", epochs=epochs, start_epoch=start_epoch, steps=steps_per_epoch,
+                  val_steps=val_steps, run_id=run_id)
+
+    def step(self, epoch: int, step: int, logs: dict) -> None:
+        now = time.monotonic()
+        if now - self._last_step >= self.interval:
+            self._last_step = now
+            self.emit("step", epoch=epoch, step=step, logs=logs)
+
+    def epoch_end(self, epoch: int, logs: dict, seconds: float) -> None:
+        self.emit("epoch_end", epoch=epoch, logs=logs, seconds=seconds)
+
+    def train_end(self) -> None:
+        self.emit("train_end")

@@ -1,0 +1,64 @@
+"""The two pyspark calls the fitted models need that only pyspark 4 offers, with a fallback for the
+older stack (pyspark 3.5 + pyarrow 14, where Petastorm runs; see requirements-legacy.txt).
+
+pyspark >= 4.1 hands Arrow arrays to a UDF (``arrow_udf``) and returns a DataFrame as an Arrow
+table (``DataFrame.toArrow``). pyspark 3.5 has neither, so there the same Arrow-in/Arrow-out
+function is wrapped in a pandas UDF: pandas batches are turned back into Arrow on the way in and
+out. That costs a conversion per batch, not per row, and keeps one code path for the model.
+"""
+from typing import Callable, Iterator
+
+import pyarrow as pa
+
+
+def has_arrow_udf() -> bool:
+    import pyspark.sql.functions as F
+    return hasattr(F, "arrow_udf") and hasattr(F, "ArrowUDFType")
+
+
+def scalar_iter_arrow_udf(fn: Callable[[Iterator[pa.Array]], Iterator[pa.Array]], return_type):
+    """A SCALAR_ITER UDF of one (struct) column running ``fn`` on Arrow arrays on either stack."""
+    if has_arrow_udf():
+        from pyspark.sql.functions import ArrowUDFType, arrow_udf
+        return arrow_udf(fn, return_type, ArrowUDFType.SCALAR_ITER)
+    from pyspark.sql.functions import PandasUDFType, pandas_udf
+    from pyspark.sql.types import StructType
+
+    struct_out = isinstance(return_type, StructType)
+
+    def through_pandas(frames):
+        # pyspark 3.5 gives a struct column to a pandas UDF as a DataFrame, one column per field.
+        arrays = (_frame_to_struct(frame) for frame in frames)
+        for result in fn(arrays):
+            yield _arrow_to_pandas(result, struct_out)
+
+    return pandas_udf(through_pandas, return_type, PandasUDFType.SCALAR_ITER)
+
+
+def collect_arrow(df) -> pa.Table:
+    """``df`` collected to the driver as an Arrow table."""
+    if hasattr(df, "toArrow"):
+        return df.toArrow()
+    # pyspark 3.5: the Arrow collect that toPandas() uses internally, without the pandas step.
+    from pyspark.sql.pandas.types import to_arrow_schema
+    batches = df._collect_as_arrow()
+    if not batches:
+        return to_arrow_schema(df.schema).empty_table()
+    return pa.Table.from_batches(batches)
+
+
+def _frame_to_struct(frame) -> pa.StructArray:
+    if not len(frame.columns):
+        return pa.StructArray.from_arrays([], names=[])
+    # Array cells arrive as numpy arrays in object columns; pa.array makes them list arrays again.
+    fields = [pa.array(frame[name], from_pandas=True) for name in frame.columns]
+    return pa.StructArray.from_arrays(fields, names=[str(name) for name in frame.columns])
+
+
+def _arrow_to_pandas(result, struct_out: bool):
+    if isinstance(result, pa.ChunkedArray):
+        result = result.combine_chunks()
+    if struct_out:
+        names = [result.type.field(i).name for i in range(result.type.num_fields)]
+        return pa.Table.from_arrays(result.flatten(), names=names).to_pandas()
+    return result.to_pandas()

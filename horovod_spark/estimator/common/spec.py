@@ -1,0 +1,42 @@
+"""What the driver sends to every rank for one fit: plain values plus the framework's payload.
+
+Framework-free and pyspark-free, because ranks import it before they import anything else.
+"""
+from dataclasses import dataclass
+from typing import List, Optional
+
+
+@dataclass
+class TrainSpec:
+    store: object
+    run_id: str
+    train_path: str
+    val_path: Optional[str]
+    train_rows: int
+    val_rows: int
+    feature_cols: List[str]
+    label_cols: List[str]
+    sample_weight_col: Optional[str]
+    input_shapes: Optional[List[List[int]]]
+    label_shapes: Optional[List[List[int]]]
+    batch_size: int
+    val_batch_size: int
+    epochs: int
+    start_epoch: int
+    resume_path: Optional[str]
+    train_steps_per_epoch: Optional[int]
+    validation_steps_per_epoch: Optional[int]
+    shuffle: bool
+    shuffle_buffer_rows: Optional[int]
+    seed: int
+    backward_passes_per_step: int
+    data_module: str
+    use_gpu: bool
+    verbose: int
+    payload: bytes                 # the framework's cloudpickled model, optimizer, loss, ...
+    keep_checkpoints: int = 2
+    progress_interval: float = 0.5
+
+    @property
+    def columns(self) -> List[str]:
+        return self.feature_cols + self.label_cols + ([self.sample_weight_col] if self.sample_weight_col else [])

@@ -1,0 +1,45 @@
+"""TorchModel: the Spark ML Model a TorchEstimator returns (or built directly around a trained module)."""
+import io
+
+import cloudpickle
+from pyspark import keyword_only
+
+from . import torch_inference
+from .common.model import HorovodModel
+
+
+class TorchModel(HorovodModel):
+    """``transform(df)`` appends one prediction column per label (``output_cols``, default
+    ``<label>__output``): a double for one value per row, else an array of floats. The model runs
+    on Arrow batches in the executors, deserialized once per Python worker.
+
+    ``getModel()`` is the trained ``torch.nn.Module`` (CPU, eval mode); ``getHistory()`` the
+    per-epoch metrics. ``model.write().overwrite().save(path)`` / ``TorchModel.load(path)``.
+    """
+    framework = "torch"
+    _loader = staticmethod(torch_inference.load_model)
+    _predictor = staticmethod(torch_inference.predict)
+
+    @keyword_only
+    def __init__(self, *, model=None, feature_cols=None, label_cols=None, output_cols=None, input_shapes=None,
+                 history=None, output_shapes=None, run_id=None):
+        super().__init__()
+        self._set(**{k: v for k, v in self._input_kwargs.items() if v is not None})
+
+    @keyword_only
+    def setParams(self, *, model=None, feature_cols=None, label_cols=None, output_cols=None, input_shapes=None,
+                  history=None, output_shapes=None, run_id=None):
+        return self._set(**{k: v for k, v in self._input_kwargs.items() if v is not None})
+
+    @staticmethod
+    def serialize(model) -> bytes:
+        return cloudpickle.dumps(model)
+
+    @staticmethod
+    def deserialize(data: bytes):
+        return torch_inference.load_model(data)
+
+
+def copy_module(model):
+    """An independent copy of a module (the user's own stays untouched by training results)."""
+    return cloudpickle.load(io.BytesIO(cloudpickle.dumps(model)))

@@ -1,0 +1,259 @@
+"""What every rank runs for TorchEstimator.fit: rebuild model and optimizer, resume if asked,
+train on this rank's shard, validate, checkpoint (rank 0), report progress (rank 0).
+
+Determinism: the reader's order is a function of (seed, epoch) and torch's RNG is reseeded from
+(seed, epoch, rank) at every epoch, so a run resumed after epoch k trains epochs k+1... exactly
+as the uninterrupted run would have.
+"""
+import io
+import os
+import threading
+import time
+
+import numpy as np
+
+from .common.checkpoint import CheckpointStore
+from .common.history import EpochMetrics, History
+from .common.progress_rank import ProgressReporter
+from .common.rank_data import train_reader, val_batches, val_reader
+from .common.shapes import label_arrays, model_inputs, per_row_shape
+
+CHECKPOINT_FORMAT = 1
+
+
+def train(spec):
+    import horovod_spark.torch as hvd
+    # Building the first optimizer imports torch._dynamo (seconds of CPU). Start it now, so it
+    # runs while hvd.init() waits for the other ranks; torch itself is fully imported by now,
+    # so the two threads cannot deadlock on import locks.
+    threading.Thread(target=_preload_dynamo, name="hs-preload-dynamo", daemon=True).start()
+    hvd.init()
+    try:
+        return _Trainer(spec, hvd).run()
+    finally:
+        hvd.shutdown()
+
+
+def _preload_dynamo():
+    try:
+        import torch._dynamo  # noqa: F401
+    except Exception:
+        pass  # the optimizer's own import will raise it, with its real context
+
+
+def _epoch_seed(seed: int, epoch: int, rank: int) -> int:
+    return int(np.random.SeedSequence([seed, epoch, rank]).generate_state(1)[0])
+
+
+def _device(use_gpu: bool, local_rank: int):
+    import torch
+    if not use_gpu or not torch.cuda.is_available():
+        return torch.device("cpu")
+    from horovod_spark.spark.gpus import get_available_devices
+    # GPUs Spark assigned to this task are the only ones visible, renumbered from 0.
+    index = 0 if get_available_devices() else local_rank % torch.cuda.device_count()
+    torch.cuda.set_device(index)
+    return torch.device("cuda", index)
+
+
+def load_checkpoint(data: bytes) -> dict:
+    import torch
+    # Written by this run's own rank 0 into the user's store: as trusted as the pickled model.
+    state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=False)
+    if state.get("format") != CHECKPOINT_FORMAT:
+        raise ValueError("checkpoint format %r is not %r" % (state.get("format"), CHECKPOINT_FORMAT))
+    return state
+
+
+class _Trainer:
+    def __init__(self, spec, hvd):
+        import torch
+
+        from . import torch_metrics, torch_payload
+        self.spec, self.hvd, self.torch = spec, hvd, torch
+        self.rank, self.size = hvd.rank(), hvd.size()
+        # Ranks sharing a host would otherwise each start a thread per core and fight over them.
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // max(1, hvd.local_size())))
+        parts = torch_payload.unpack(spec.payload)
+        self.device = _device(spec.use_gpu, hvd.local_rank())
+        self.model = parts["model"].to(self.device)
+        losses = parts["loss"]
+        self.losses = losses * len(spec.label_cols) if len(losses) == 1 else losses
+        self.metrics = [torch_metrics.resolve(m) for m in parts["metrics"]]
+        multi = len(spec.label_cols) > 1
+        self.names = ["loss"] + (["%s_loss" % c for c in spec.label_cols] if multi else []) + \
+            torch_metrics.metric_names(parts["metrics"], spec.label_cols)
+        self.callbacks = parts["callbacks"]
+        self.float_dtype = next((p.dtype for p in self.model.parameters() if p.is_floating_point()), torch.float32)
+
+        optimizer = torch_payload.build_optimizer(parts["optimizer"], self.model)
+        self.history = History()
+        self.output_shapes = None
+        if spec.resume_path is not None:
+            state = load_checkpoint(spec.store.read_bytes(spec.resume_path))
+            self.model.load_state_dict(state["model"])
+            optimizer.load_state_dict(state["optimizer"])
+            self.history = History(state["history"])
+            self.output_shapes = state.get("output_shapes")
+        hvd.broadcast_parameters(self.model.state_dict(), root_rank=0)
+        compression = hvd.Compression.fp16 if parts["compression"] == "fp16" else hvd.Compression.none
+        self.optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=self.model.named_parameters(),
+                                                  compression=compression,
+                                                  backward_passes_per_step=spec.backward_passes_per_step)
+        transformation_fn = parts["transformation_fn"]
+        self.train_reader = train_reader(spec, self.rank, self.size, transformation_fn)
+        self.val_reader = val_reader(spec, self.rank, self.size, transformation_fn)
+        self.checkpoints = CheckpointStore(spec.store, spec.run_id, keep=spec.keep_checkpoints)
+        self.reporter = ProgressReporter(self.rank == 0 and spec.verbose > 0, spec.progress_interval)
+
+    # -- the loop ----------------------------------------------------------------------------------
+    def run(self):
+        spec = self.spec
+        val_steps = 0 if self.val_reader is None else self.val_reader.steps_per_epoch
+        self.reporter.train_begin(spec.epochs, spec.start_epoch, self.train_reader.steps_per_epoch, val_steps,
+                                  spec.run_id)
+        self._callback("on_train_begin", self.rank, self.size)
+        for epoch in range(spec.start_epoch, spec.epochs):
+            started = time.monotonic()
+            self._callback("on_epoch_begin", epoch)
+            self.torch.manual_seed(_epoch_seed(spec.seed, epoch, self.rank))
+            logs = self._train_epoch(epoch)
+            if self.val_reader is not None:
+                logs.update(self._validate(epoch))
+            self.history.append(logs)
+            self._callback("on_epoch_end", epoch, dict(logs))
+            if self.rank == 0:
+                self.checkpoints.write(epoch + 1, self._checkpoint_bytes(epoch + 1))
+            self.reporter.epoch_end(epoch, logs, time.monotonic() - started)
+        self._callback("on_train_end", self.history.to_dict())
+        self.reporter.train_end()
+        if self.rank != 0:
+            return None
+        buf = io.BytesIO()
+        self.torch.save(self._cpu_state(), buf)
+        return {"model_state": buf.getvalue(), "history": self.history.to_dict(),
+                "output_shapes": self.output_shapes, "epochs": self.history.epochs}
+
+    def _train_epoch(self, epoch):
+        torch = self.torch
+        self.model.train()
+        metrics = EpochMetrics(self.names)
+        steps = self.train_reader.steps_per_epoch
+        passes = self.spec.backward_passes_per_step
+        self.optimizer.zero_grad()
+        with self.train_reader.iter_epoch(epoch) as batches:
+            for step, batch in enumerate(batches):
+                inputs, labels, weights = self._tensors(batch)
+                outputs = self._outputs(self.model(*inputs), labels)
+                loss, values = self._loss(outputs, labels, weights)
+                # Accumulated over `passes` batches, the mean keeps the gradient's scale.
+                (loss / passes if passes > 1 else loss).backward()
+                if (step + 1) % passes == 0 or step + 1 == steps:
+                    self.optimizer.step()
+                    self.optimizer.zero_grad()
+                with torch.no_grad():
+                    values.update(self._metrics(outputs, labels))
+                logs = {name: float(v) for name, v in values.items()}
+                metrics.add(logs, len(labels[0]))
+                if self.output_shapes is None:
+                    self.output_shapes = [per_row_shape(o) for o in outputs]
+                self._callback("on_batch_end", epoch, step, logs)
+                self.reporter.step(epoch, step + 1, metrics.means())
+        return self._reduced(metrics, "train.%d" % epoch, "")
+
+    def _validate(self, epoch):
+        torch = self.torch
+        self.model.eval()
+        metrics = EpochMetrics(self.names)
+        with torch.no_grad():
+            for batch in val_batches(self.val_reader, epoch, self.rank, self.size,
+                                     self.spec.validation_steps_per_epoch):
+                inputs, labels, weights = self._tensors(batch)
+                outputs = self._outputs(self.model(*inputs), labels)
+                _, values = self._loss(outputs, labels, weights)
+                values.update(self._metrics(outputs, labels))
+                metrics.add({name: float(v) for name, v in values.items()}, len(labels[0]))
+        return self._reduced(metrics, "val.%d" % epoch, "val_")
+
+    def _reduced(self, metrics, name, prefix):
+        torch, hvd = self.torch, self.hvd
+        summed = hvd.allreduce(torch.from_numpy(metrics.vector()), op=hvd.Sum, name="estimator.metrics." + name)
+        return {prefix + k: v for k, v in metrics.means(summed.numpy()).items()}
+
+    # -- one batch -------------------------------------------------------------------------------
+    def _tensors(self, batch):
+        spec = self.spec
+        features = model_inputs([batch[c] for c in spec.feature_cols], spec.input_shapes)
+        labels = label_arrays([batch[c] for c in spec.label_cols], spec.label_shapes)
+        inputs = [self._tensor(a, integer_dtype=None) for a in features]
+        labels = [self._tensor(a, integer_dtype=self.torch.long) for a in labels]
+        weights = None
+        if spec.sample_weight_col:
+            weights = self._tensor(batch[spec.sample_weight_col], integer_dtype=None).to(self.float_dtype).reshape(-1)
+        return inputs, labels, weights
+
+    def _tensor(self, values, integer_dtype):
+        torch = self.torch
+        values = np.asarray(values)
+        # from_numpy cannot share read-only (Arrow-backed) memory.
+        tensor = torch.from_numpy(values if values.flags.writeable else values.copy())
+        if tensor.is_floating_point() or tensor.dtype == torch.bool:
+            tensor = tensor.to(self.float_dtype)
+        elif integer_dtype is not None:
+            tensor = tensor.to(integer_dtype)  # class-index losses want int64
+        return tensor.to(self.device, non_blocking=True)
+
+    def _outputs(self, result, labels):
+        outputs = list(result) if isinstance(result, (list, tuple)) else [result]
+        if len(outputs) != len(labels):
+            raise ValueError("the model returned %d output(s) for %d label column(s) %s: return one output per label "
+                             "column" % (len(outputs), len(labels), self.spec.label_cols))
+        for i, (out, label) in enumerate(zip(outputs, labels)):
+            # A regression label stored as (rows,) against a (rows, 1) output would broadcast to
+            # (rows, rows) in the loss: give float labels the output's shape when the sizes agree.
+            if label.is_floating_point() and label.shape != out.shape and label.numel() == out.numel():
+                labels[i] = label.reshape(out.shape)
+        return outputs
+
+    def _loss(self, outputs, labels, weights):
+        total, values = 0.0, {}
+        for fn, out, label, name in zip(self.losses, outputs, labels, self.spec.label_cols):
+            value = fn(out, label)
+            if weights is not None:
+                if value.dim() == 0:
+                    raise ValueError("with sample_weight_col the loss must return one value per row, but it returned a "
+                                     "scalar; use reduction='none' (e.g. functools.partial(F.cross_entropy, "
+                                     "reduction='none'))")
+                value = (value.reshape(len(weights), -1).mean(dim=1) * weights).sum() / weights.sum()
+            elif value.dim() != 0:
+                value = value.mean()
+            if len(labels) > 1:
+                values["%s_loss" % name] = value.detach()
+            total = total + value
+        values["loss"] = total.detach()
+        return total, values
+
+    def _metrics(self, outputs, labels):
+        values = {}
+        multi = len(labels) > 1
+        for out, label, col in zip(outputs, labels, self.spec.label_cols):
+            for name, fn in self.metrics:
+                values["%s_%s" % (col, name) if multi else name] = fn(out, label)
+        return values
+
+    # -- checkpoints -----------------------------------------------------------------------------
+    def _cpu_state(self):
+        return {k: v.detach().cpu() for k, v in self.model.state_dict().items()}
+
+    def _checkpoint_bytes(self, epochs_done):
+        buf = io.BytesIO()
+        self.torch.save({"format": CHECKPOINT_FORMAT, "epochs_done": epochs_done, "model": self._cpu_state(),
+                         "optimizer": self.optimizer.state_dict(), "history": self.history.to_dict(),
+                         "output_shapes": self.output_shapes}, buf)
+        return buf.getvalue()
+
+    def _callback(self, hook, *args):
+        for callback in self.callbacks:
+            fn = getattr(callback, hook, None)
+            if fn is not None:
+                fn(*args)
