@@ -204,11 +204,13 @@ def test_stats_report_rows_per_second(data):
     assert reader.stats.rows_per_second > 0
 
 
-def test_factory_rejects_unknown_modules_and_accepts_registered_ones(data):
-    with pytest.raises(ValueError, match="petastorm"):
-        make_reader("petastorm", store=data[0], path=data[1], batch_size=4)
+def test_factory_rejects_unknown_modules_and_accepts_registered_ones(data, monkeypatch):
+    with pytest.raises(ValueError, match="unknown data module 'no-such-module'.*arrow"):
+        make_reader("no-such-module", store=data[0], path=data[1], batch_size=4)
+    from horovod_spark.data import reader as reader_module
     from horovod_spark.data.arrow_reader import ArrowReader
 
+    monkeypatch.setattr(reader_module, "_DATA_MODULES", dict(reader_module._DATA_MODULES))  # undone after the test
     register_data_module("arrow-alias", ArrowReader)
     assert make_reader("arrow-alias", store=data[0], path=data[1], batch_size=4).total_rows == ROWS
 

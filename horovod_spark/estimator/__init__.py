@@ -1,10 +1,13 @@
-"""Spark ML estimators that train with horovod_spark on DataFrames: ``TorchEstimator`` -> ``TorchModel``.
+"""Spark ML estimators that train with horovod_spark on DataFrames: ``TorchEstimator`` -> ``TorchModel``,
+``KerasEstimator`` -> ``KerasModel``.
 
-Names resolve on first use, so importing this package loads neither torch nor pyspark.ml.
+Names resolve on first use, so importing this package loads neither torch, TensorFlow nor pyspark.ml.
 """
 _EXPORTS = {
     "TorchEstimator": "horovod_spark.estimator.torch_estimator",
     "TorchModel": "horovod_spark.estimator.torch_model",
+    "KerasEstimator": "horovod_spark.estimator.keras_estimator",
+    "KerasModel": "horovod_spark.estimator.keras_model",
 }
 
 __all__ = sorted(_EXPORTS)

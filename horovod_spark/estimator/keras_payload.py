@@ -194,7 +194,3 @@ def unpack(payload: bytes) -> dict:
     # The model stays bytes: keras_io loads it, with the custom objects.
     return {k: (cloudpickle.loads(v) if isinstance(v, bytes) and k != "model" else v) for k, v in parts.items()}
 
-
-def checkpoint_path_suffix(callback) -> str:
-    """'.weights.h5' when the callback saves weights only, else '.keras' (Keras 3's two formats)."""
-    return ".weights.h5" if getattr(callback, "save_weights_only", False) else ".keras"

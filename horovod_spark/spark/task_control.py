@@ -5,6 +5,7 @@ milliseconds and the rank's process tree is killed; losing this connection means
 gone, which is handled the same way, so no rank outlives its run(). In MPI mode the same poll
 delivers mpirun's daemon command.
 """
+import socket
 import threading
 from typing import Optional
 
@@ -15,12 +16,25 @@ from .rank_process import RankProcess
 _CONTROL_POLL_S = 10.0
 
 
+class _InterruptibleClient(KVClient):
+    """KVClient.close() waits for the request in flight (it takes the client's lock); a long poll
+    the driver no longer answers needs its socket shut down from another thread instead."""
+
+    def interrupt(self) -> None:
+        sock = self._sock
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+
 class TaskControl(threading.Thread):
     """Long-polls the driver for commands; on abort or a lost driver, kills the rank."""
 
     def __init__(self, spec, addr: str, rank: int, on_exec=None):
         super().__init__(name="hs-task-control", daemon=True)
-        self._client = KVClient(addr, spec.port, spec.key)
+        self._client = _InterruptibleClient(addr, spec.port, spec.key)
         self._rank = rank
         self._on_exec = on_exec
         self._lock = threading.Lock()
@@ -69,5 +83,5 @@ class TaskControl(threading.Thread):
         self.join(timeout)
         if self.is_alive():
             # Still inside a long poll the driver has not answered: cut the socket under it.
-            self._client.close()
+            self._client.interrupt()
             self.join(timeout)

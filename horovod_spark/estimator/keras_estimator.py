@@ -1,0 +1,80 @@
+"""KerasEstimator: fit a Keras 3 model (TensorFlow backend) on a Spark DataFrame with horovod_spark ranks."""
+from pyspark import keyword_only
+
+from . import keras_io, keras_payload
+from .common.estimator import HorovodEstimator
+from .common.fit import FrameworkPlan
+from .common.params import _param, with_accessors
+from .keras_model import KerasModel
+
+
+@with_accessors
+class KerasEstimator(HorovodEstimator):
+    """A Spark ML Estimator training a Keras 3 model data-parallel on ``num_proc`` Spark tasks.
+
+    ``fit(df)`` writes the selected columns to Parquet in ``store`` (cached), runs ``model.fit`` on
+    every rank over its own shard with ``horovod_spark.keras.DistributedOptimizer`` and the
+    broadcast and metric-average callbacks (then the user's ``callbacks``), checkpoints each epoch
+    under ``<store>/runs/<run_id>/checkpoints`` and returns a :class:`KerasModel`. A fit with the
+    run_id of an interrupted one resumes after its last completed epoch. See docs/keras_estimator.md.
+
+    ``model`` is a built ``keras.Model`` taking one input per feature column (a list of inputs
+    when there are several). It may come compiled; ``optimizer`` (an optimizer or its name),
+    ``loss`` and ``metrics`` (Keras names, objects or functions) override what it was compiled
+    with. ``custom_objects`` are the custom layers/functions it needs to load, as for
+    ``keras.models.load_model``. ``checkpoint_callback`` (a ``keras.callbacks.ModelCheckpoint``
+    such as ``horovod_spark.keras.callbacks.BestModelCheckpoint(monitor='val_loss')``) picks the
+    model returned: the best one it saved instead of the last.
+    """
+    framework = "keras"
+
+    custom_objects = _param("custom_objects", "custom layers, models and functions the Keras model needs to load: "
+                            "{name: class or function}, as for keras.models.load_model")
+    checkpoint_callback = _param("checkpoint_callback", "a keras.callbacks.ModelCheckpoint run on rank 0; the "
+                                 "model it saved last (the best one, with save_best_only) is the fitted model")
+
+    @keyword_only
+    def __init__(self, *, num_proc=None, model=None, optimizer=None, loss=None, metrics=None, feature_cols=None,
+                 label_cols=None, input_shapes=None, label_shapes=None, sample_weight_col=None, validation=None,
+                 batch_size=None, val_batch_size=None, epochs=None, train_steps_per_epoch=None,
+                 validation_steps_per_epoch=None, shuffle=None, random_seed=None, gradient_compression=None,
+                 backward_passes_per_step=None, store=None, run_id=None, callbacks=None, transformation_fn=None,
+                 verbose=None, use_gpu=None, data_module=None, custom_objects=None, checkpoint_callback=None):
+        super().__init__()
+        self._setDefault(custom_objects={}, checkpoint_callback=None)
+        self.setParams(**self._input_kwargs)
+
+    @keyword_only
+    def setParams(self, *, num_proc=None, model=None, optimizer=None, loss=None, metrics=None, feature_cols=None,
+                  label_cols=None, input_shapes=None, label_shapes=None, sample_weight_col=None, validation=None,
+                  batch_size=None, val_batch_size=None, epochs=None, train_steps_per_epoch=None,
+                  validation_steps_per_epoch=None, shuffle=None, random_seed=None, gradient_compression=None,
+                  backward_passes_per_step=None, store=None, run_id=None, callbacks=None, transformation_fn=None,
+                  verbose=None, use_gpu=None, data_module=None, custom_objects=None, checkpoint_callback=None):
+        """Set the given params (keyword arguments only); None leaves a param as it is."""
+        return self._set(**{k: v for k, v in self._input_kwargs.items() if v is not None})
+
+    # -- HorovodEstimator hooks --------------------------------------------------------------------
+    def _check_framework(self, cfg):
+        payload, signature = keras_payload.check_and_pack(self, cfg)
+        return FrameworkPlan(payload=payload, signature=signature)
+
+    def _remote_trainer(self):
+        from .keras_remote import train
+        return train
+
+    def _rank_env(self, cfg) -> dict:
+        # TensorFlow's C++ start-up chatter would otherwise reach the driver's output from every rank.
+        return {"TF_CPP_MIN_LOG_LEVEL": "2"}
+
+    def _build_model(self, result, cfg, run_id):
+        custom_objects = self.getOrDefault("custom_objects") or {}
+        model = keras_io.model_from_bytes(result["model"], custom_objects)
+        # Compiled as it was trained (with a fresh, non-distributed optimizer), so that the user can
+        # evaluate() or keep training it at once.
+        args = keras_payload.compile_args(self, self.getOrDefault("model"))
+        args.compile(model, args.build_optimizer())
+        # Not _copyValues(): it would also copy the estimator's untrained `model` param.
+        return KerasModel(model=model, feature_cols=cfg.feature_cols, label_cols=cfg.label_cols,
+                          input_shapes=cfg.input_shapes, history=result["history"],
+                          output_shapes=result["output_shapes"], run_id=run_id, custom_objects=custom_objects)

@@ -1,0 +1,59 @@
+"""KerasModel: the Spark ML Model a KerasEstimator returns (or built directly around a trained Keras model)."""
+from pyspark import keyword_only
+
+from . import keras_inference, keras_io
+from .common.model import HorovodModel
+from .common.params import _param, with_accessors
+
+
+@with_accessors
+class KerasModel(HorovodModel):
+    """``transform(df)`` appends one prediction column per label (``output_cols``, default
+    ``<label>__output``): a double for one value per row, else an array of floats. The model runs
+    with ``predict_on_batch`` on whole Arrow batches in the executors, loaded once per Python worker.
+
+    ``getModel()`` is the trained ``keras.Model`` (compiled as it was trained when it comes from a
+    KerasEstimator, with a fresh optimizer); ``getHistory()`` the per-epoch metrics.
+    ``model.write().overwrite().save(path)`` / ``KerasModel.load(path)``: the saved model carries its
+    ``custom_objects``, so loading needs nothing but the path.
+    """
+    framework = "keras"
+    _loader = staticmethod(keras_inference.load_model)
+    _predictor = staticmethod(keras_inference.predict)
+
+    custom_objects = _param("custom_objects", "custom layers, models and functions the Keras model needs to load: "
+                            "{name: class or function} (saved with the model, not as JSON)")
+
+    @keyword_only
+    def __init__(self, *, model=None, feature_cols=None, label_cols=None, output_cols=None, input_shapes=None,
+                 history=None, output_shapes=None, run_id=None, custom_objects=None):
+        super().__init__()
+        self._setDefault(custom_objects={})
+        self._set(**{k: v for k, v in self._input_kwargs.items() if v is not None})
+
+    @keyword_only
+    def setParams(self, *, model=None, feature_cols=None, label_cols=None, output_cols=None, input_shapes=None,
+                  history=None, output_shapes=None, run_id=None, custom_objects=None):
+        return self._set(**{k: v for k, v in self._input_kwargs.items() if v is not None})
+
+    def model_bytes(self) -> bytes:
+        model = self.getOrDefault("model")
+        if model is None:
+            raise ValueError("this KerasModel has no model: set one with setModel()")
+        return keras_io.bundle(model, self.getOrDefault("custom_objects"))
+
+    def set_model_bytes(self, data: bytes) -> None:
+        model, custom_objects = keras_io.unbundle(data)
+        self._set(model=model, custom_objects=custom_objects)
+
+    def json_params(self):
+        # custom_objects are classes and functions: they travel inside the model bytes instead.
+        return {name: value for name, value in super().json_params().items() if name != "custom_objects"}
+
+    @staticmethod
+    def serialize(model) -> bytes:
+        return keras_io.bundle(model, {})
+
+    @staticmethod
+    def deserialize(data: bytes):
+        return keras_io.unbundle(data)[0]

@@ -1,0 +1,58 @@
+"""The Keras callback through which a KerasEstimator rank keeps the estimator's contract: the run's
+history, a checkpoint per epoch (rank 0) and progress events for the driver (rank 0).
+
+It goes last in the callback list, so the logs it records are the ones MetricAverageCallback
+already averaged over ranks (and that user callbacks saw).
+"""
+import math
+import time
+
+import keras
+import numpy as np
+
+
+class EstimatorCallback(keras.callbacks.Callback):
+    def __init__(self, trainer):
+        super().__init__()
+        self.trainer = trainer
+        self._started = None
+        self._epoch = 0
+
+    def on_train_begin(self, logs=None):
+        t = self.trainer
+        t.reporter.train_begin(t.spec.epochs, t.spec.start_epoch, t.train_reader.steps_per_epoch, t.val_steps,
+                               t.spec.run_id)
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._started = time.monotonic()
+        self._epoch = epoch
+
+    def on_train_batch_end(self, batch, logs=None):
+        # Keras' batch logs are running means over the epoch so far, as the Torch progress shows.
+        if self.trainer.reporter.enabled:
+            self.trainer.reporter.step(self._epoch, batch + 1, _floats(logs))
+
+    def on_epoch_end(self, epoch, logs=None):
+        t = self.trainer
+        values = _floats(logs)
+        t.history.append(values)
+        if t.rank == 0:
+            t.checkpoints.write(epoch + 1, t.checkpoint_bytes(epoch + 1))
+        t.reporter.epoch_end(epoch, values, time.monotonic() - (self._started or time.monotonic()))
+
+    def on_train_end(self, logs=None):
+        self.trainer.reporter.train_end()
+
+
+def _floats(logs) -> dict:
+    out = {}
+    for name, value in (logs or {}).items():
+        try:
+            array = np.asarray(value, dtype=np.float64)
+        except (TypeError, ValueError):
+            continue
+        if array.size == 1:
+            out[name] = float(array.reshape(()))
+        elif array.size == 0:
+            out[name] = math.nan
+    return out

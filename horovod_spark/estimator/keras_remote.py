@@ -1,0 +1,187 @@
+"""What every rank runs for KerasEstimator.fit: rebuild and compile the model with a
+DistributedOptimizer, resume if asked, ``model.fit`` on this rank's shard with the broadcast and
+metric-average callbacks plus the user's, checkpoint (rank 0), report progress (rank 0).
+
+Resumption restores weights, optimizer variables and history exactly, and the reader's row order
+is a function of (seed, epoch); Keras layers' own random state (dropout) is not part of the
+checkpoint.
+"""
+import os
+import pickle
+import tempfile
+import warnings
+
+import numpy as np
+
+from .common.checkpoint import CheckpointStore
+from .common.history import History
+from .common.progress_rank import ProgressReporter
+from .common.rank_data import train_reader, val_reader
+from .common.shapes import per_row_shape
+
+CHECKPOINT_FORMAT = 1
+
+
+def train(spec):
+    # Before TensorFlow starts: its thread pools are sized once per process.
+    _configure_tensorflow(spec.use_gpu)
+    import horovod_spark.keras as hvd
+    hvd.init()
+    try:
+        return _KerasTrainer(spec, hvd).run()
+    finally:
+        hvd.shutdown()
+
+
+def _configure_tensorflow(use_gpu: bool) -> None:
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import tensorflow as tf
+    local_size = int(os.environ.get("HOROVOD_LOCAL_SIZE", "1") or 1)
+    local_rank = int(os.environ.get("HOROVOD_LOCAL_RANK", "0") or 0)
+    try:
+        # Ranks sharing a host would otherwise each start a thread per core and fight over them.
+        threads = max(1, (os.cpu_count() or 1) // max(1, local_size))
+        tf.config.threading.set_intra_op_parallelism_threads(threads)
+        tf.config.threading.set_inter_op_parallelism_threads(threads)
+    except RuntimeError:
+        pass  # TensorFlow already runs in this process; its pools stay as they are
+    gpus = tf.config.list_physical_devices("GPU")
+    if not gpus:
+        return
+    try:
+        if not use_gpu:
+            tf.config.set_visible_devices([], "GPU")
+            return
+        from horovod_spark.spark.gpus import get_available_devices
+        # GPUs Spark assigned to this task are the only ones visible, renumbered from 0.
+        gpu = gpus[0] if get_available_devices() else gpus[local_rank % len(gpus)]
+        tf.config.set_visible_devices(gpu, "GPU")
+        tf.config.experimental.set_memory_growth(gpu, True)
+    except RuntimeError:
+        pass
+
+
+def load_checkpoint(data: bytes) -> dict:
+    # Written by this run's own rank 0 into the user's store: as trusted as the pickled model.
+    state = pickle.loads(data)
+    if state.get("format") != CHECKPOINT_FORMAT:
+        raise ValueError("checkpoint format %r is not %r" % (state.get("format"), CHECKPOINT_FORMAT))
+    return state
+
+
+class _KerasTrainer:
+    def __init__(self, spec, hvd):
+        import keras
+
+        from . import keras_io, keras_payload
+        self.spec, self.hvd, self.keras = spec, hvd, keras
+        self.rank, self.size = hvd.rank(), hvd.size()
+        keras.utils.set_random_seed(int(np.random.SeedSequence([spec.seed, self.rank]).generate_state(1)[0]))
+        parts = keras_payload.unpack(spec.payload)
+        self.custom_objects = parts["custom_objects"]
+        self.model = keras_io.model_from_bytes(parts["model"], self.custom_objects)
+        args = parts["compile"]
+        compression = hvd.Compression.fp16 if parts["compression"] == "fp16" else hvd.Compression.none
+        self.optimizer = hvd.DistributedOptimizer(args.build_optimizer(), compression=compression,
+                                                  backward_passes_per_step=spec.backward_passes_per_step,
+                                                  average_aggregated_gradients=True)
+        args.compile(self.model, self.optimizer)
+        self.user_callbacks = parts["callbacks"]
+        self.checkpoint_callback = parts["checkpoint_callback"]
+        self.history = History()
+        self.output_shapes = None
+        if spec.resume_path is not None:
+            self._restore(load_checkpoint(spec.store.read_bytes(spec.resume_path)))
+        transformation_fn = parts["transformation_fn"]
+        self.train_reader = train_reader(spec, self.rank, self.size, transformation_fn)
+        self.val_reader = val_reader(spec, self.rank, self.size, transformation_fn)
+        self.val_steps = 0 if self.val_reader is None else self.val_reader.steps_per_epoch
+        self.checkpoints = CheckpointStore(spec.store, spec.run_id, keep=spec.keep_checkpoints)
+        self.reporter = ProgressReporter(self.rank == 0 and spec.verbose > 0, spec.progress_interval)
+
+    def _restore(self, state):
+        self.model.set_weights(state["weights"])
+        if not self.optimizer.built:
+            self.optimizer.build(self.model.trainable_variables)
+        if len(self.optimizer.variables) != len(state["optimizer"]):
+            raise ValueError("the checkpoint holds %d optimizer variables, the optimizer has %d: was the run started "
+                             "with another optimizer?" % (len(state["optimizer"]), len(self.optimizer.variables)))
+        for variable, value in zip(self.optimizer.variables, state["optimizer"]):
+            variable.assign(value)
+        self.history = History(state["history"])
+        self.output_shapes = state.get("output_shapes")
+
+    def checkpoint_bytes(self, epochs_done: int) -> bytes:
+        return pickle.dumps({"format": CHECKPOINT_FORMAT, "epochs_done": epochs_done,
+                             "weights": self.model.get_weights(),
+                             "optimizer": [np.asarray(v) for v in self.optimizer.variables],
+                             "history": self.history.to_dict(), "output_shapes": self.output_shapes},
+                            protocol=pickle.HIGHEST_PROTOCOL)
+
+    # -- the run ---------------------------------------------------------------------------------
+    def run(self):
+        from .keras_rank_callback import EstimatorCallback
+        spec = self.spec
+        with tempfile.TemporaryDirectory(prefix="hs-keras-rank%d-" % self.rank) as scratch:
+            best_path = self._prepare_checkpoint_callback(scratch)
+            if spec.start_epoch < spec.epochs:
+                self._fit(EstimatorCallback(self))
+            else:
+                # Resuming a run that already completed every epoch: nothing left to train.
+                self.reporter.train_begin(spec.epochs, spec.start_epoch, self.train_reader.steps_per_epoch,
+                                          self.val_steps, spec.run_id)
+                self.reporter.train_end()
+            if self.rank != 0:
+                return None
+            if best_path is not None and os.path.exists(best_path):
+                self._load_best(best_path)
+            return self._result()
+
+    def _fit(self, estimator_callback):
+        from . import keras_data
+        hvd, spec = self.hvd, self.spec
+        floatx = self.keras.config.floatx()
+        dataset, batches, first = keras_data.train_dataset(self.train_reader, spec, floatx, spec.start_epoch,
+                                                           spec.epochs - spec.start_epoch)
+        try:
+            val = None if self.val_reader is None else keras_data.val_dataset(
+                self.val_reader, spec, floatx, self.rank, self.size, keras_data.signature(first))
+            callbacks = [hvd.callbacks.BroadcastGlobalVariablesCallback(0), hvd.callbacks.MetricAverageCallback()]
+            callbacks += list(self.user_callbacks)
+            if self.checkpoint_callback is not None and self.rank == 0:
+                callbacks.append(self.checkpoint_callback)
+            callbacks.append(estimator_callback)
+            with warnings.catch_warnings():
+                # Validation runs each rank's shard to its end, which Keras reports as running out of data.
+                warnings.filterwarnings("ignore", message=".*ran out of data.*")
+                self.model.fit(dataset, steps_per_epoch=self.train_reader.steps_per_epoch, epochs=spec.epochs,
+                               initial_epoch=spec.start_epoch, validation_data=val, callbacks=callbacks, verbose=0,
+                               shuffle=False)
+            if self.output_shapes is None:
+                x = first[0]
+                one_row = tuple(a[:1] for a in x) if isinstance(x, tuple) else x[:1]
+                outputs = self.model.predict_on_batch(one_row)
+                outputs = list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
+                self.output_shapes = [per_row_shape(np.asarray(o)) for o in outputs]
+        finally:
+            batches.close()
+
+    def _prepare_checkpoint_callback(self, scratch: str):
+        """Point the user's ModelCheckpoint at a local file of rank 0; its best model becomes the result.
+        Weights only: the result needs nothing else, and a full save would also serialize the loss,
+        which Keras cannot do for every function."""
+        callback = self.checkpoint_callback
+        if callback is None or self.rank != 0:
+            return None
+        path = os.path.join(scratch, "best.weights.h5")
+        callback.filepath = path
+        callback.save_weights_only = True
+        return path
+
+    def _load_best(self, path: str):
+        self.model.load_weights(path)
+
+    def _result(self) -> dict:
+        from . import keras_io
+        return {"model": keras_io.model_to_bytes(self.model), "history": self.history.to_dict(),
+                "output_shapes": self.output_shapes, "epochs": self.history.epochs}
