@@ -33,6 +33,8 @@ def spark():
                .appName("test_torch_estimator_cluster")
                .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
                .config("spark.executorEnv.PYTHONPATH", REPO_ROOT)
+               # One task slot per executor: two ranks then must run in two different JVMs.
+               .config("spark.task.cpus", str(CORES))
                .getOrCreate())
     session.sparkContext.setLogLevel("FATAL")
     yield session
@@ -41,6 +43,17 @@ def spark():
 
 def _executor_pids(df):
     return set(df.rdd.mapPartitions(lambda _: [os.getppid()]).collect())
+
+
+class RecordExecutor:
+    """Writes which executor (its work directory's name) each rank trained in."""
+
+    def __init__(self, directory):
+        self.directory = directory
+
+    def on_train_begin(self, rank, size):
+        with open(os.path.join(self.directory, "rank-%d" % rank), "w") as f:
+            f.write(os.path.basename(os.getcwd()))
 
 
 def test_fit_and_transform_across_two_executors(spark, tmp_path, capsys):
@@ -53,14 +66,15 @@ def test_fit_and_transform_across_two_executors(spark, tmp_path, capsys):
 
     torch.manual_seed(0)
     net = torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
-    # Four ranks: every slot of both executors, so ranks really are split across the two JVMs.
-    est = TorchEstimator(num_proc=WORKERS * CORES, model=net, optimizer=torch.optim.Adam(net.parameters(), lr=0.02),
+    est = TorchEstimator(num_proc=WORKERS, model=net, optimizer=torch.optim.Adam(net.parameters(), lr=0.02),
                          loss=torch.nn.functional.cross_entropy, metrics=["accuracy"], feature_cols=["features"],
                          label_cols=["label"], validation=0.2, batch_size=32, epochs=4, random_seed=0,
-                         store=Store.create(str(tmp_path / "store")))
+                         store=Store.create(str(tmp_path / "store")), callbacks=[RecordExecutor(str(tmp_path))])
     model = est.fit(df)
     out = capsys.readouterr().out
-    assert "on 4 rank(s)" in out and "epoch 4/4 - loss: " in out
+    assert "on 2 rank(s)" in out and "epoch 4/4 - loss: " in out
+    executors = {(tmp_path / ("rank-%d" % r)).read_text() for r in range(WORKERS)}
+    assert len(executors) == WORKERS, executors
     history = model.getHistory()
     assert len(history["val_accuracy"]) == 4 and history["val_accuracy"][-1] > 0.9, history
 
