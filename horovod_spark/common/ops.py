@@ -5,6 +5,7 @@ docs/dev/contracts.md. Buffers must stay alive and unchanged until the handle co
 reads and writes them in place, without copies.
 """
 import enum
+import time
 from typing import Optional, Sequence
 
 from horovod_spark.common import _core
@@ -55,12 +56,22 @@ def _submit(op, name, in_ptr=0, out_ptr=0, dtype="uint8", shape=(), root=0, redu
                          int(process_set_id), group, int(group_size), [int(s) for s in splits])
 
 
+_NO_SPLITS = []
+
+
 def allreduce_async(name, in_ptr, out_ptr, dtype, shape, op=Average, prescale=1.0, postscale=1.0,
                     process_set_id=0) -> int:
-    if ReduceOp(op) == ReduceOp.Adasum:
-        raise NotImplementedError("op=Adasum is not supported by horovod_spark; use Average or Sum")
-    return _submit(OP_ALLREDUCE, name, in_ptr, out_ptr, dtype, shape, reduce_op=op,
-                   prescale=prescale, postscale=postscale, process_set_id=process_set_id)
+    # The hot path of DistributedOptimizer (one call per gradient): kept free of generic helpers.
+    code = DTYPES.get(dtype)
+    if code is None:
+        _dtype_code(dtype)  # raises the TypeError naming the supported dtypes
+    if op == ReduceOp.Adasum or not 0 <= op <= 5:
+        raise NotImplementedError("op=%r is not supported by horovod_spark; use Average, Sum, Min, "
+                                  "Max or Product" % (op,))
+    if type(name) is not str or not name:
+        raise ValueError("collective name must be a non-empty string, got %r" % (name,))
+    return _core.enqueue(OP_ALLREDUCE, name, in_ptr, out_ptr, code, shape, 0, int(op),
+                         float(prescale), float(postscale), process_set_id, "", 0, _NO_SPLITS)
 
 
 def grouped_allreduce_async(names, in_ptrs, out_ptrs, dtype, shapes, op=Average, prescale=1.0,
@@ -132,15 +143,15 @@ def poll(handle: int) -> bool:
 def wait(handle: int, timeout: Optional[float] = None):
     """Block until the handle completes and return its result (see module doc). The wait happens
     in short slices so Ctrl-C reaches Python."""
-    import time
-    deadline = None if timeout is None else time.monotonic() + timeout
-    while True:
-        slice_s = 1.0 if deadline is None else max(0.0, min(1.0, deadline - time.monotonic()))
-        if _core.wait(handle, slice_s):
-            break
-        if deadline is not None and time.monotonic() >= deadline:
-            raise HorovodTimeoutError("collective did not complete within %.1f s" % timeout)
-    kind, message, data, shape, splits, value = _core.take(handle)
+    outcome = _core.wait_take(handle, 1.0 if timeout is None else min(1.0, timeout))
+    if outcome is None:
+        deadline = None if timeout is None else time.monotonic() + timeout - 1.0
+        while outcome is None:
+            slice_s = 1.0 if deadline is None else max(0.0, min(1.0, deadline - time.monotonic()))
+            outcome = _core.wait_take(handle, slice_s)
+            if outcome is None and deadline is not None and time.monotonic() >= deadline:
+                raise HorovodTimeoutError("collective did not complete within %.1f s" % timeout)
+    kind, message, data, shape, splits, value = outcome
     wants_value = handle in _value_handles
     _value_handles.discard(handle)
     if kind == _ERR_COLLECTIVE:

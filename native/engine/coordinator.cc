@@ -71,15 +71,17 @@ bool Coordinator::complete(const Pending& p, int32_t ps) const {
 void Coordinator::mark_ready_if_complete(const std::string& k) {
   Pending& p = pending_.at(k);
   const RequestMeta& any = p.by_rank.begin()->second;
-  if (!complete(p, any.process_set)) return;
-  if (std::find(ready_.begin(), ready_.end(), k) == ready_.end()) ready_.push_back(k);
+  if (p.queued || !complete(p, any.process_set)) return;
+  p.queued = true;
+  ready_.push_back(k);
 }
 
 void Coordinator::handle_join(int rank) {
   joined_.insert(rank);
   last_joined_ = rank;
   for (auto& kv : pending_)
-    if (kv.second.by_rank.begin()->second.process_set == 0) mark_ready_if_complete(kv.first);
+    if (!kv.second.queued && kv.second.by_rank.begin()->second.process_set == 0)
+      mark_ready_if_complete(kv.first);
   if (static_cast<int>(joined_.size()) == size_) {
     Response r;
     r.type = OpType::kJoin;

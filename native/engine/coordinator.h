@@ -34,6 +34,7 @@ class Coordinator {
     std::map<int, RequestMeta> by_rank;
     std::map<int, int32_t> cache_ids;
     std::chrono::steady_clock::time_point first_seen, last_warned;
+    bool queued = false;  // already in ready_
   };
   std::string key(const RequestMeta& m) const;
   bool complete(const Pending& p, int32_t ps) const;
