@@ -122,14 +122,15 @@ def build_parser():
     p.add_argument("--grouped-ref", action="store_true",
                    help="also time hvd.grouped_allreduce_ of the 256 tensors (explains where the "
                         "per-tensor cost goes)")
-    p.add_argument("--hs-names", choices=("stable", "alternate"), default="stable",
-                   help="horovod_spark tensor names: one stable name per tensor, as training uses "
-                        "(default), or two alternating names (works around a name-reuse race)")
     p.add_argument("--timeout", type=float, default=None,
                    help="seconds allowed per system run (default 600, --quick: 120)")
     p.add_argument("--repeat", type=int, default=1, metavar="N",
                    help="run every system N times, interleaved, and keep each size's best median "
                         "(damps noise from other work on a shared machine; default 1)")
+    p.add_argument("--wait-quiet", type=float, default=0, metavar="S",
+                   help="first wait up to S seconds for the 1-minute load average to drop below "
+                        "--quiet-load (for shared machines); then run regardless, with a warning")
+    p.add_argument("--quiet-load", type=float, default=0.5, metavar="L")
     p.add_argument("--json-out", metavar="PATH", help="also write all results and metadata as JSON")
     return p
 
@@ -178,6 +179,15 @@ def memcpy_bandwidth(nbytes=64 << 20, reps=20):
         times.append(time.perf_counter() - t)
     median = float(np.median(times))
     return {"bytes": nbytes, "median_s": median, "GBps": nbytes / median / 1e9}
+
+
+def core_build_time():
+    """mtime of the native core in use: a rebuild mid-run (shared checkout) would show here."""
+    found = glob.glob(os.path.join(REPO, "horovod_spark", "common", "_core*.so"))
+    if not found:
+        return None
+    return datetime.datetime.fromtimestamp(os.path.getmtime(found[0]), datetime.timezone.utc).strftime(
+        "%Y-%m-%d %H:%M:%S UTC")
 
 
 def git_revision():
@@ -258,11 +268,14 @@ def kill_group(proc):
             continue
 
 
-def run_system(system, nranks, sizes, quick, grouped, timeout, hs_names="stable", grouped_ref=False):
+def shorten(arg):
+    """Paths inside the checkout, relative to it, for a readable command line."""
+    return os.path.relpath(arg, REPO) if os.path.isabs(arg) and arg.startswith(REPO + os.sep) else arg
+
+
+def run_system(system, nranks, sizes, quick, grouped, timeout, grouped_ref=False):
     """Run one system's worker; returns (records, error message or None, wall seconds)."""
     worker_args = ["--sizes", ",".join(str(s) for s in sizes)]
-    if system == "horovod_spark" and hs_names != "stable":
-        worker_args += ["--names", hs_names]
     if quick:
         worker_args.append("--quick")
     if grouped:
@@ -272,9 +285,7 @@ def run_system(system, nranks, sizes, quick, grouped, timeout, hs_names="stable"
     cmd, why = launch_command(system, nranks, worker_args)
     if cmd is None:
         return [], "skipped: " + why, 0.0
-    short = " ".join(os.path.relpath(c, REPO) if c.startswith(REPO) else os.path.basename(c) if c == sys.executable
-                     else c for c in cmd)
-    sys.stderr.write("[bench] np=%d %-13s $ %s\n" % (nranks, system, short))
+    sys.stderr.write("[bench] np=%d %-13s $ %s\n" % (nranks, system, " ".join(map(shorten, cmd))))
     sys.stderr.flush()
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, cwd=REPO, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -286,6 +297,10 @@ def run_system(system, nranks, sizes, quick, grouped, timeout, hs_names="stable"
         out, err = proc.communicate()
         return parse_records(out), "timed out after %.0f s (partial results kept)\n%s" % (
             timeout, tail(out + err)), time.perf_counter() - t0
+    except BaseException:
+        # The ranks live in their own session, so Ctrl-C on the driver would not reach them.
+        kill_group(proc)
+        raise
     wall = time.perf_counter() - t0
     records = parse_records(out)
     if proc.returncode != 0:
@@ -314,6 +329,22 @@ def tail(text, lines=15):
     summaries = [l for l in kept if " worker rank " in l and " failed: " in l]
     shown = summaries + [l for l in kept[-lines:] if l not in summaries]
     return "\n".join("    | " + l for l in shown)
+
+
+def wait_for_quiet(max_s, threshold):
+    deadline = time.time() + max_s
+    while True:
+        load = loadavg()
+        if load is None or load[0] < threshold:
+            return True
+        if time.time() >= deadline:
+            sys.stderr.write("[bench] load average still %.2f after waiting %.0f s; running anyway\n"
+                             % (load[0], max_s))
+            return False
+        sys.stderr.write("[bench] %s load average %.2f >= %.2f; waiting\n"
+                         % (time.strftime("%H:%M:%S"), load[0], threshold))
+        sys.stderr.flush()
+        time.sleep(30)
 
 
 def best_of(records):
@@ -446,6 +477,8 @@ def main(argv=None):
     timeout = args.timeout or (120.0 if args.quick else 600.0)
     grouped = not args.no_grouped and "horovod_spark" in args.systems
 
+    if args.wait_quiet > 0:
+        wait_for_quiet(args.wait_quiet, args.quiet_load)
     started = datetime.datetime.now(datetime.timezone.utc)
     load_before = loadavg()
     if load_before and load_before[0] > 0.5 * (os.cpu_count() or 1):
@@ -459,7 +492,7 @@ def main(argv=None):
             # Interleaved rounds, so a burst of foreign load hits every system alike.
             for system in args.systems:
                 recs, err, wall = run_system(system, nranks, sizes, args.quick,
-                                             grouped and system == "horovod_spark", timeout, args.hs_names,
+                                             grouped and system == "horovod_spark", timeout,
                                              args.grouped_ref)
                 for r in recs:
                     r["run"] = rep
@@ -477,21 +510,20 @@ def main(argv=None):
         "date_utc": started.strftime("%Y-%m-%d %H:%M UTC"),
         "cpu_model": cpu_model(), "cpus": os.cpu_count(), "mem_gib": mem_total_gib(),
         "loadavg_before": load_before, "loadavg_after": loadavg(),
-        "python": platform.python_version(), "revision": git_revision(),
-        "memcpy_64MiB": memcpy, "wall_s": walls, "hs_names": args.hs_names, "repeat": args.repeat,
+        "python": platform.python_version(), "revision": git_revision(), "core_built": core_build_time(),
+        "memcpy_64MiB": memcpy, "wall_s": walls, "repeat": args.repeat,
     }
 
     print("## Allreduce benchmark (float32, Sum, in place)\n")
     print("- command: `%s`" % meta["command"])
-    print("- date: %s; revision: %s" % (meta["date_utc"], meta["revision"]))
+    print("- date: %s; revision: %s (native core built %s)" % (meta["date_utc"], meta["revision"],
+                                                               meta["core_built"]))
     print("- machine: %s, %s cores, %.0f GiB RAM; load average before %s, after %s" % (
         meta["cpu_model"], meta["cpus"], meta["mem_gib"] or 0,
         " / ".join("%.2f" % x for x in load_before) if load_before else "?",
         " / ".join("%.2f" % x for x in meta["loadavg_after"]) if meta["loadavg_after"] else "?"))
     print("- memcpy ceiling: numpy copy of 64 MiB takes %s = %.2f GB/s (one core)"
           % (fmt_time(memcpy["median_s"]), memcpy["GBps"]))
-    if args.hs_names != "stable":
-        print("- horovod_spark tensor names: %s (not the stable per-tensor names training uses)" % args.hs_names)
     if args.repeat > 1:
         print("- each system ran %d times, interleaved; each cell is the run with the lowest median" % args.repeat)
     print("- latency = median over iterations of the slowest rank's time per allreduce; "

@@ -12,7 +12,6 @@ import sys
 import tempfile
 import time
 
-import numpy as np
 import torch
 from pyspark.ml.linalg import Vectors
 from pyspark.sql import SparkSession
@@ -45,6 +44,7 @@ def main(argv=None) -> int:
              .getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     started = time.monotonic()
+    scratch = tempfile.TemporaryDirectory(prefix="hs-digits-store-")
     try:
         df = digits_dataframe(spark)
         train_df, test_df = df.randomSplit([0.75, 0.25], seed=0)
@@ -53,7 +53,7 @@ def main(argv=None) -> int:
         model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10))
         # Scale the learning rate by the number of ranks, as Horovod recommends.
         optimizer = torch.optim.SGD(model.parameters(), lr=args.lr * args.num_proc, momentum=0.9)
-        store = Store.create(args.store or tempfile.mkdtemp(prefix="hs-digits-store-"))
+        store = Store.create(args.store or scratch.name)
         estimator = TorchEstimator(
             num_proc=args.num_proc, model=model, optimizer=optimizer, loss=torch.nn.functional.cross_entropy,
             metrics=["accuracy"], feature_cols=["features"], label_cols=["label"], validation=0.1,
@@ -74,6 +74,7 @@ def main(argv=None) -> int:
         return 0 if row["acc"] >= 0.9 else 1
     finally:
         spark.stop()
+        scratch.cleanup()
 
 
 if __name__ == "__main__":

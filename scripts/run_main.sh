@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The main job: creates or reuses .venv/, builds the core, trains on 2 local ranks, prints metrics.
+# The main job: creates or reuses .venv/, builds the core, then fits a TorchEstimator on a local[2]
+# SparkSession (digits as a DataFrame, 2 ranks), prints per-epoch metrics and the test accuracy.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/venv.sh"
-exec horovod-spark-run -np 2 python examples/torch_digits.py "$@"
+exec python examples/torch_estimator_digits.py "$@"

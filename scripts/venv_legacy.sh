@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Sourced by scripts/run_tests.sh (and usable on its own): create or reuse .venv-legacy/, the older
 # stack of requirements-legacy.txt (pyspark 3.5, pyarrow 14, numpy 1.26, Petastorm), and install
-# horovod_spark into it. Stamps of the inputs let a second run skip pip and the C++ build.
+# horovod_spark into it. A stamp of requirements-legacy.txt lets a second run skip pip.
 #
-# The native core is plain C++ with no framework or Arrow headers, but its extension module is
-# built in place (horovod_spark/common/_core*.so) and shared with .venv/; both venvs use the same
-# Python (3.11), so one build serves both and this script only builds it when it is missing.
+# The native core is plain C++ with no framework or Arrow headers, built in place as
+# horovod_spark/common/_core*.so by scripts/venv.sh; both venvs run the same Python (3.11), so that
+# one build serves both. This script builds it only when it is missing, and puts the checkout on
+# the venv's path with a .pth file (what an editable install amounts to) rather than
+# `pip install -e .`, which would compile the core a second time and rewrite the shared .so.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -20,14 +22,10 @@ if [[ ! -f "$legacy/.req-$legacy_req_stamp" ]]; then
   "$legacy_py" -m pip install --quiet -r requirements-legacy.txt
   rm -f "$legacy"/.req-*; touch "$legacy/.req-$legacy_req_stamp"
 fi
-legacy_src_stamp=$(cat setup.py $(find native -type f | sort) | sha256sum | cut -c1-16)
 if ! ls horovod_spark/common/_core*.so >/dev/null 2>&1; then
   "$legacy_py" setup.py build_ext --inplace -j 2 >/tmp/horovod_spark_legacy_build.log 2>&1 \
     || { cat /tmp/horovod_spark_legacy_build.log; exit 1; }
 fi
-if [[ ! -f "$legacy/.native-$legacy_src_stamp" ]]; then
-  # Editable: the venv imports this checkout, so the main and the legacy suite test the same code.
-  "$legacy_py" -m pip install --quiet --no-build-isolation --no-deps -e . >/dev/null
-  rm -f "$legacy"/.native-*; touch "$legacy/.native-$legacy_src_stamp"
-fi
+legacy_site=$("$legacy_py" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+echo "$root" > "$legacy_site/horovod_spark_checkout.pth"
 export HOROVOD_SPARK_LEGACY_PYTHON="$legacy_py"

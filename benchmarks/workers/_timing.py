@@ -27,9 +27,6 @@ def parse_args(argv=None):
                         help="also time many small async allreduces vs one large (horovod_spark only)")
     parser.add_argument("--grouped-ref", action="store_true",
                         help="with --grouped, also time grouped_allreduce_ of the same tensors")
-    parser.add_argument("--names", choices=("stable", "alternate"), default="stable",
-                        help="horovod_spark only: reuse one name per tensor (what training does), or "
-                             "alternate two, which sidesteps name-reuse races in the core")
     return parser.parse_args(argv)
 
 

@@ -22,16 +22,10 @@ GRAD_BYTES = 16 << 10
 
 
 class Adapter:
-    def __init__(self, names):
+    def __init__(self):
         self.rank = hvd.rank()
         self.size = hvd.size()
         self._max_ids = itertools.count()
-        self._calls = itertools.count()
-        self.alternate = names == "alternate"
-
-    def suffix(self):
-        """'' for stable names; '.0'/'.1' by call parity when alternating (same on every rank)."""
-        return ".%d" % (next(self._calls) % 2) if self.alternate else ""
 
     def alloc(self, count):
         return torch.zeros(count, dtype=torch.float32)
@@ -43,7 +37,7 @@ class Adapter:
         return [float(buf[0]), float(buf[-1])]
 
     def allreduce(self, buf, nbytes):
-        hvd.allreduce_(buf, op=hvd.Sum, name="bench.%d%s" % (nbytes, self.suffix()))
+        hvd.allreduce_(buf, op=hvd.Sum, name="bench.%d" % nbytes)
 
     def barrier(self):
         hvd.barrier()
@@ -60,17 +54,15 @@ def bench_grouped(adapter, quick, with_grouped):
     total = GRAD_COUNT * GRAD_BYTES
 
     def one_big():
-        hvd.allreduce_(big, op=hvd.Sum, name="bench.big" + adapter.suffix())
+        hvd.allreduce_(big, op=hvd.Sum, name="bench.big")
 
     def many_async():
-        sfx = adapter.suffix()
-        handles = [hvd.allreduce_async_(g, op=hvd.Sum, name="bench.grad.%d%s" % (i, sfx))
-                   for i, g in enumerate(grads)]
+        handles = [hvd.allreduce_async_(g, op=hvd.Sum, name="bench.grad.%d" % i) for i, g in enumerate(grads)]
         for h in handles:
             hvd.synchronize(h)
 
     def grouped():
-        hvd.grouped_allreduce_(grads, op=hvd.Sum, name="bench.grouped" + adapter.suffix())
+        hvd.grouped_allreduce_(grads, op=hvd.Sum, name="bench.grouped")
 
     variants = [("one_big", one_big), ("async_many", many_async)]
     if with_grouped:
@@ -98,7 +90,7 @@ def bench_grouped(adapter, quick, with_grouped):
 def main():
     args = _timing.parse_args()
     hvd.init()
-    adapter = Adapter(args.names)
+    adapter = Adapter()
     try:
         _timing.bench_sizes(adapter, "horovod_spark", [int(s) for s in args.sizes.split(",")], args.quick)
         if args.grouped:

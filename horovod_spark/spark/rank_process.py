@@ -3,7 +3,8 @@
 A child process rather than fn inside the Python worker because Spark reuses Python workers
 (spark.python.worker.reuse): a rank that leaves core threads, CUDA contexts or DataLoader workers
 behind would poison the next task, and a hung collective could only be stopped by killing the
-worker. In its own session (process group) the rank and anything it forks die with one killpg.
+worker. The rank gets its own session (process group), and stopping it kills its whole process
+tree, found through /proc.
 """
 import os
 import selectors
@@ -73,26 +74,44 @@ class RankProcess:
         return self.proc.poll()
 
     def kill_tree(self, grace: float = 1.0) -> int:
-        """SIGTERM the rank's process group, SIGKILL what is left after ``grace`` s; returns the
-        rank's exit status. Also called after a normal exit, for anything fn forked and left."""
+        """SIGTERM the rank and everything it started, SIGKILL what is left after ``grace`` s, and
+        wait until all of it is gone; returns the rank's exit status. Also called after a normal
+        exit, for anything fn forked and left.
+
+        The process group alone is not enough: mpirun's daemon gives each rank its own group, and
+        fn may start daemons that call setsid. So the descendants are found through /proc, before
+        any dies (an orphan is re-parented away from us and could not be found afterwards).
+        """
+        victims = self._tree()
         for sig, wait_s in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
             try:
                 os.killpg(self.pgid, sig)
-            except ProcessLookupError:
-                break
-            if self.wait(wait_s) is not None and not self._group_alive():
+            except (ProcessLookupError, PermissionError):
+                pass
+            for pid in victims:
+                try:
+                    os.kill(pid, sig)
+                except (ProcessLookupError, PermissionError):
+                    pass
+            deadline = time.monotonic() + wait_s
+            while True:
+                victims = {p for p in victims | self._tree() if _running(p)}
+                if not victims or time.monotonic() >= deadline:
+                    break
+                time.sleep(0.02)
+            if not victims:
                 break
         rc = self.wait(5.0)
         return rc if rc is not None else -9
 
-    def _group_alive(self) -> bool:
-        try:
-            os.killpg(self.pgid, 0)
-            return True
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
+    def _tree(self) -> set:
+        """The rank's process group, plus, while the rank is unreaped (so its pid cannot have been
+        reused), the rank and all its descendants."""
+        table = _process_table()
+        members = {pid for pid, (_, pgrp) in table.items() if pgrp == self.pgid}
+        if self.proc.poll() is not None:  # reaps it: it must not linger as a zombie either
+            return members
+        return members | {self.proc.pid} | _descendants(self.proc.pid, table)
 
     def finish(self, drain_timeout: float = 2.0) -> None:
         """Wait for the output pump to send the last lines; a grandchild still holding the pipes
@@ -105,3 +124,45 @@ class RankProcess:
                 f.close()
             except OSError:
                 pass
+
+
+def _process_table() -> dict:
+    """pid -> (parent pid, process group) of every process we can see (Linux /proc)."""
+    out = {}
+    if not os.path.isdir("/proc"):
+        return out
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open("/proc/%s/stat" % name, "rb") as f:
+                    fields = f.read().rsplit(b")", 1)[1].split()
+                out[int(name)] = (int(fields[1]), int(fields[2]))
+            except (OSError, IndexError, ValueError):
+                continue  # exited while we looked
+    return out
+
+
+def _descendants(root: int, table: dict) -> set:
+    children = {}
+    for pid, (ppid, _) in table.items():
+        children.setdefault(ppid, []).append(pid)
+    found, stack = set(), [root]
+    while stack:
+        for child in children.get(stack.pop(), ()):
+            if child not in found:
+                found.add(child)
+                stack.append(child)
+    return found
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie (a zombie has released everything; only its parent's wait is due)."""
+    try:
+        with open("/proc/%d/stat" % pid, "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except (OSError, IndexError):
+        try:
+            os.kill(pid, 0)
+            return True
+        except OSError:
+            return False

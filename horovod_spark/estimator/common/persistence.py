@@ -27,7 +27,9 @@ class HorovodModelWriter(MLWriter):
         instance = self.instance
         data = instance.model_bytes()
         extra = {"horovod_spark": {"format_version": FORMAT_VERSION, "framework": instance.framework}}
-        DefaultParamsWriter.saveMetadata(instance, path, self.sparkSession, extraMetadata=extra,
+        # The SparkContext, not the session: pyspark 3.5 (the older stack) takes only a context here;
+        # pyspark 4 takes either.
+        DefaultParamsWriter.saveMetadata(instance, path, self.sc, extraMetadata=extra,
                                          paramMap=instance.json_params())
         frame = self.sparkSession.createDataFrame([(bytearray(data),)], "model binary")
         frame.coalesce(1).write.parquet(_join(path, _MODEL_DIR))
@@ -39,7 +41,7 @@ class HorovodModelReader(MLReader):
         self.cls = cls
 
     def load(self, path: str):
-        metadata = DefaultParamsReader.loadMetadata(path, self.sparkSession)
+        metadata = DefaultParamsReader.loadMetadata(path, self.sc)  # a context: as in saveImpl
         info = metadata.get("horovod_spark") or {}
         if info.get("format_version") != FORMAT_VERSION:
             raise ValueError("%s was not saved by a horovod_spark model of this version (format %r, expected %r)"

@@ -96,8 +96,12 @@ class ProgressPrinter:
                 factory = self._bar_factory
                 if factory is None:
                     from tqdm.auto import tqdm as factory
+                # A terminal bar in a log file is noise: tqdm's disable=None turns it off when the
+                # stream is not a TTY. Jupyter's streams are not TTYs either, but there the bar is a widget.
+                widget = any(c.__module__ == "tqdm.notebook" for c in getattr(factory, "__mro__", ()))
                 self._bar = factory(total=self.steps, desc="epoch %d/%d" % (epoch + 1, self.epochs), unit="step",
-                                    leave=False, file=self._err, dynamic_ncols=True)
+                                    leave=False, file=self._err, dynamic_ncols=True,
+                                    disable=False if widget else None)
                 self._bar.epoch = epoch
             except Exception:
                 self._bar_factory = _no_bar
