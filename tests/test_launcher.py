@@ -41,7 +41,13 @@ def _wait_dead(pids, within: float) -> list:
 
 
 def _read_pids(directory) -> list:
-    return [int(p.read_text()) for p in sorted(directory.glob("*.pid"))]
+    """Pids written so far; a file a rank has created but not yet filled is skipped, not fatal."""
+    pids = []
+    for p in sorted(directory.glob("*.pid")):
+        text = p.read_text().strip()
+        if text:
+            pids.append(int(text))
+    return pids
 
 
 # -- functions run as ranks (module level: shipped by reference, imported by the ranks) ----------
