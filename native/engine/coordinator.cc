@@ -279,8 +279,23 @@ Response Coordinator::build(const std::string& k, Pending& p) {
   return r;
 }
 
+namespace {
+// Fusing costs a copy into and out of the fusion buffer; it pays for small tensors (it saves a
+// negotiation round and a collective's latency each) but not for large ones, which reduce in
+// place faster on their own.
+constexpr size_t kFuseTensorsBelowBytes = size_t(256) << 10;
+
+size_t response_bytes(const Response& r) {
+  size_t b = 0;
+  for (size_t t = 0; t < r.shapes.size(); ++t) b += r.tensor_bytes(t);
+  return b;
+}
+}  // namespace
+
 void Coordinator::fuse(std::vector<Response>& in, std::vector<Response>* out) {
   auto compatible = [](const Response& a, const Response& b) {
+    if (a.names.size() == 1 && response_bytes(a) >= kFuseTensorsBelowBytes) return false;
+    if (b.names.size() == 1 && response_bytes(b) >= kFuseTensorsBelowBytes) return false;
     return a.type == OpType::kAllreduce && b.type == OpType::kAllreduce && a.error.empty() &&
            b.error.empty() && a.dtype == b.dtype && a.op == b.op && a.prescale == b.prescale &&
            a.postscale == b.postscale && a.process_set == b.process_set;
@@ -288,12 +303,10 @@ void Coordinator::fuse(std::vector<Response>& in, std::vector<Response>* out) {
   size_t i = 0;
   while (i < in.size()) {
     Response cur = std::move(in[i]);
-    size_t bytes = 0;
-    for (size_t t = 0; t < cur.shapes.size(); ++t) bytes += cur.tensor_bytes(t);
+    size_t bytes = response_bytes(cur);
     ++i;
     while (i < in.size() && compatible(cur, in[i])) {
-      size_t more = 0;
-      for (size_t t = 0; t < in[i].shapes.size(); ++t) more += in[i].tensor_bytes(t);
+      size_t more = response_bytes(in[i]);
       if (bytes + more > cfg_.fusion_threshold) break;
       Response& nx = in[i];
       cur.names.insert(cur.names.end(), nx.names.begin(), nx.names.end());
