@@ -16,7 +16,8 @@ from horovod_spark.data.reader import register_data_module
 from horovod_spark.data.shuffle_buffer import Rebatcher, ShuffleBuffer
 from horovod_spark.store import Store
 
-pytestmark = pytest.mark.timeout(60)
+# legacy_stack: scripts/run_tests.sh also runs this module on the older stack (pyspark 3.5, pyarrow 14).
+pytestmark = [pytest.mark.timeout(60), pytest.mark.legacy_stack]
 
 ROWS = 1000
 

@@ -14,7 +14,8 @@ from pyspark.sql import SparkSession, functions as F, types as T  # noqa: E402
 from horovod_spark.data import load_prepared, make_reader, prepare_data  # noqa: E402
 from horovod_spark.store import Store  # noqa: E402
 
-pytestmark = pytest.mark.timeout(300)
+# legacy_stack: scripts/run_tests.sh also runs this module on the older stack (pyspark 3.5, pyarrow 14).
+pytestmark = [pytest.mark.timeout(300), pytest.mark.legacy_stack]
 
 
 @pytest.fixture(scope="module")

@@ -174,6 +174,28 @@ def test_params_and_accessors(tmp_path):
         KerasEstimator(2)
 
 
+def test_compile_arguments_come_from_params_then_from_the_models_compile(tmp_path):
+    from horovod_spark.estimator import keras_io, keras_payload
+    keras.utils.set_random_seed(0)
+    inp = keras.Input((4,))
+    model = keras.Model(inp, {"a": keras.layers.Dense(2, name="a")(inp), "b": keras.layers.Dense(1, name="b")(inp)})
+    model.compile(optimizer=keras.optimizers.Adam(0.01), loss={"a": "mse", "b": lambda t, p: keras.ops.abs(t - p)},
+                  metrics={"a": ["mae"], "b": [keras.metrics.RootMeanSquaredError()]},
+                  loss_weights={"a": 1.0, "b": 2.0})
+    est = KerasEstimator(model=model)
+    args = keras_payload.compile_args(est, model)
+    assert args.optimizer_cls is keras.optimizers.Adam and args.optimizer_config["learning_rate"] == pytest.approx(0.01)
+    assert set(args.loss) == {"a", "b"} and args.metrics["a"] == ["mae"] and args.loss_weights == {"a": 1.0, "b": 2.0}
+    est.setOptimizer("sgd")
+    assert keras_payload.compile_args(est, model).optimizer_cls is keras.optimizers.SGD
+    # What a rank does: load the bytes (no compile state in them) and compile with the arguments.
+    copy = keras_io.model_from_bytes(keras_io.model_to_bytes(model))
+    assert not copy.compiled and model.compiled
+    args.compile(copy, args.build_optimizer())
+    logs = copy.train_on_batch(np.ones((8, 4)), {"a": np.zeros((8, 2)), "b": np.zeros((8, 1))}, return_dict=True)
+    assert {"loss", "a_mae", "b_root_mean_squared_error"} <= set(logs), logs
+
+
 # -- fit -> transform -------------------------------------------------------------------------------
 
 def test_fit_transform_compiled_model_with_best_checkpoint(spark, class_df, fitted):

@@ -5,7 +5,6 @@ Main stack (pyarrow >= 16): asking for it fails at once, saying which versions w
 the Arrow reader's batch/steps contract (both modules give the same rows per epoch), validation
 reads each shard exactly once, and both estimators train with it end to end.
 """
-import os
 import sys
 
 import cloudpickle

@@ -11,7 +11,8 @@ import pytest
 
 from horovod_spark.store import DBFSLocalStore, FsspecStore, HDFSStore, LocalStore, Store, StoreConnectionError
 
-pytestmark = pytest.mark.timeout(60)
+# legacy_stack: scripts/run_tests.sh also runs this module on the older stack (pyspark 3.5, pyarrow 14).
+pytestmark = [pytest.mark.timeout(60), pytest.mark.legacy_stack]
 
 
 # -- choosing the implementation ---------------------------------------------------------------

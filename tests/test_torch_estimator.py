@@ -2,7 +2,6 @@
 with vector/sparse/array/scalar columns, validation by fraction and by column, the prepared-data
 cache, save/load, Pipeline, fit_on_parquet, and resuming a run after a failure in epoch 2."""
 import contextlib
-import math
 import os
 import posixpath
 import sys
@@ -28,7 +27,8 @@ from horovod_spark.data import petastorm_support  # noqa: E402
 from horovod_spark.estimator import TorchEstimator, TorchModel  # noqa: E402
 from horovod_spark.store import Store  # noqa: E402
 
-pytestmark = pytest.mark.timeout(300)
+# legacy_stack: scripts/run_tests.sh also runs this module on the older stack (pyspark 3.5, pyarrow 14).
+pytestmark = [pytest.mark.timeout(300), pytest.mark.legacy_stack]
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(horovod_spark.__file__)))
 NUM_PROC = 2
@@ -403,3 +403,60 @@ def test_resume_after_failure_in_epoch_two(spark, class_df, tmp_path, capsys):
     with no_spark_job(spark.sparkContext):
         with pytest.raises(ValueError, match="run_id 'resumable' holds a run of a different model.*optimizer_class"):
             other.fit(class_df)
+
+
+# -- progress channel (no Spark) -------------------------------------------------------------------
+
+class _FakeBar:
+    bars = []
+
+    def __init__(self, total, desc, **kwargs):
+        self.total, self.desc, self.n, self.closed, self.postfix = total, desc, 0, False, None
+        _FakeBar.bars.append(self)
+
+    def update(self, k):
+        self.n += k
+
+    def set_postfix(self, values, refresh=True):
+        self.postfix = values
+
+    def close(self):
+        self.closed = True
+
+
+def test_progress_events_become_bar_and_epoch_lines_other_output_passes_through():
+    import io
+
+    from horovod_spark.estimator.common.progress_driver import ProgressPrinter
+    from horovod_spark.estimator.common.progress_rank import ProgressReporter
+
+    rank_out = io.StringIO()
+    reporter = ProgressReporter(True, interval=3600, out=rank_out)
+    reporter.train_begin(epochs=2, start_epoch=0, steps_per_epoch=10, val_steps=0, run_id="r")
+    for step in range(1, 11):
+        reporter.step(0, step, {"loss": 1.0 / step})  # throttled: only the first gets through
+    reporter.epoch_end(0, {"loss": 0.5, "accuracy": 0.75}, 1.25)
+    reporter.train_end()
+    events = rank_out.getvalue().splitlines()
+    assert len(events) == 4
+
+    driver_out = io.StringIO()
+    _FakeBar.bars = []
+    printer = ProgressPrinter(verbose=1, out=driver_out, bar_factory=_FakeBar)
+    # As the runner writes them: prefixed lines, and a chunk may end mid-line.
+    text = "".join("[0]<stdout>:%s\n" % e for e in events[:2]) + "[1]<stdout>:hello from rank 1\n"
+    text += "".join("[0]<stdout>:%s\n" % e for e in events[2:])
+    printer.write(text[:37])
+    printer.write(text[37:])
+    printer.close()
+    lines = driver_out.getvalue().splitlines()
+    assert lines == ["[1]<stdout>:hello from rank 1",
+                     "epoch 1/2 - loss: 0.5000 - accuracy: 0.7500 - 1.2s"]
+    (bar,) = _FakeBar.bars
+    assert bar.total == 10 and bar.desc == "epoch 1/2" and bar.n == 1 and bar.closed
+    assert printer.epoch_logs == [{"epoch": 0, "logs": {"loss": 0.5, "accuracy": 0.75}, "seconds": 1.25}]
+
+    quiet = io.StringIO()
+    silent = ProgressPrinter(verbose=0, out=quiet, bar_factory=_FakeBar)
+    silent.write("".join("[0]<stdout>:%s\n" % e for e in events))
+    assert quiet.getvalue() == "" and len(_FakeBar.bars) == 1

@@ -64,7 +64,7 @@ class KerasEstimator(HorovodEstimator):
         return train
 
     def _rank_env(self, cfg) -> dict:
-        # TensorFlow's C++ start-up chatter would otherwise reach the driver's output from every rank.
+        # Level 2 drops TensorFlow's C++ INFO and WARNING lines, which would reach the driver from every rank.
         return {"TF_CPP_MIN_LOG_LEVEL": "2"}
 
     def _build_model(self, result, cfg, run_id):

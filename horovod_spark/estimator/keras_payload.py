@@ -20,7 +20,7 @@ class CompileArgs:
     optimizer_cls: type
     optimizer_config: dict
     loss: Any
-    metrics: list
+    metrics: Any                                # a list, or per output (dict / nested lists)
     loss_weights: Any = None
     weighted_metrics: Any = None
     extra: dict = field(default_factory=dict)   # run_eagerly, steps_per_execution
@@ -54,8 +54,8 @@ def compile_args(est, model) -> CompileArgs:
     compiled = _compiled_with(model)
     optimizer = get("optimizer") if get("optimizer") is not None else compiled.get("optimizer")
     if optimizer is None:
-        raise ValueError("optimizer is not set and the model is not compiled: pass optimizer=keras.optimizers.Adam(...) "
-                         "(or a name such as 'adam'), or compile the model first")
+        raise ValueError("optimizer is not set and the model is not compiled: pass "
+                         "optimizer=keras.optimizers.Adam(...) (or a name such as 'adam'), or compile the model first")
     if isinstance(optimizer, str):
         try:
             optimizer = keras.optimizers.get(optimizer)
@@ -69,8 +69,9 @@ def compile_args(est, model) -> CompileArgs:
         raise ValueError("loss is not set and the model is not compiled: pass loss= a Keras loss name (e.g. "
                          "'sparse_categorical_crossentropy'), a keras.losses.Loss, or a function(y_true, y_pred)")
     _check_losses(loss)
-    metrics = list(get("metrics") or []) or list(compiled.get("metrics") or [])
-    for metric in metrics:
+    # A model compiled with several outputs may hold a dict or nested lists: kept as Keras got them.
+    metrics = list(get("metrics") or []) or compiled.get("metrics") or []
+    for metric in _leaves(metrics):
         if not (isinstance(metric, (str, keras.metrics.Metric)) or callable(metric)):
             raise ValueError("metrics: %r is neither a Keras metric name, a keras.metrics.Metric nor a function"
                              % (metric,))
@@ -79,11 +80,17 @@ def compile_args(est, model) -> CompileArgs:
                        compiled.get("weighted_metrics"), extra)
 
 
+def _leaves(value):
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, (list, tuple)):
+        return [leaf for item in value for leaf in _leaves(item)]
+    return [value]
+
+
 def _check_losses(loss) -> None:
     import keras
-    leaves = list(loss.values()) if isinstance(loss, dict) else list(loss) if isinstance(loss, (list, tuple)) \
-        else [loss]
-    for leaf in leaves:
+    for leaf in _leaves(loss):
         if isinstance(leaf, str):
             try:
                 keras.losses.get(leaf)

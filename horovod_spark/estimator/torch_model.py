@@ -33,6 +33,9 @@ class TorchModel(HorovodModel):
 
     @staticmethod
     def serialize(model) -> bytes:
+        # Executors that transform may have no GPU: a module given on one travels as a CPU copy.
+        if any(t.device.type != "cpu" for t in list(model.parameters()) + list(model.buffers())):
+            model = copy_module(model).cpu()
         return cloudpickle.dumps(model)
 
     @staticmethod

@@ -5,7 +5,6 @@ object, since its param groups point at the driver's parameters: it goes as (cla
 the index in model.parameters() of every parameter of every group), and each rank builds the
 same class over its own model copy's parameters, then loads the state (hyperparameters, momenta).
 """
-import functools
 from dataclasses import dataclass
 from typing import List
 
@@ -139,8 +138,3 @@ def check_and_pack(est, cfg):
 def unpack(payload: bytes) -> dict:
     parts = cloudpickle.loads(payload)
     return {k: (cloudpickle.loads(v) if isinstance(v, bytes) else v) for k, v in parts.items()}
-
-
-def partial_name(fn) -> str:
-    fn = fn.func if isinstance(fn, functools.partial) else fn
-    return getattr(fn, "__name__", type(fn).__name__)

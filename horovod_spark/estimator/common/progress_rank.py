@@ -9,7 +9,7 @@ import json
 import sys
 import time
 
-MARKER = "\x1ehorovod_spark.progress "
+MARKER = "##horovod_spark.progress## "
 
 
 class ProgressReporter:
