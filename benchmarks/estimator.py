@@ -55,7 +55,8 @@ class _EpochTimer:
 
 
 def _distributor_train(train_dir, features, batch_size, lr, seed):
-    """A hand-written DDP epoch: each rank takes every size-th row group, equal step counts."""
+    """A hand-written DDP epoch: each rank reads its contiguous 1/size of the rows (the
+    row groups overlapping that range), then trains on full batches, the same number on every rank."""
     import os
     import time
 
@@ -73,7 +74,15 @@ def _distributor_train(train_dir, features, batch_size, lr, seed):
     started = time.perf_counter()
     dataset = ds.dataset(train_dir, format="parquet")
     groups = [g for f in sorted(dataset.get_fragments(), key=lambda f: f.path) for g in f.split_by_row_group()]
-    parts = [g.to_table(columns=["features", "label"]) for g in groups[rank::size]]
+    counts = [g.count_rows() for g in groups]
+    total = sum(counts)
+    lo, hi = rank * total // size, (rank + 1) * total // size
+    parts, offset = [], 0
+    for group, n in zip(groups, counts):
+        if offset < hi and offset + n > lo:
+            start = max(lo - offset, 0)
+            parts.append(group.to_table(columns=["features", "label"]).slice(start, min(hi - offset, n) - start))
+        offset += n
     x = np.concatenate([p.column("features").combine_chunks().flatten().to_numpy().reshape(p.num_rows, -1)
                         for p in parts]).astype(np.float32, copy=False)
     y = np.concatenate([p.column("label").to_numpy() for p in parts]).astype(np.int64)
@@ -90,7 +99,7 @@ def _distributor_train(train_dir, features, batch_size, lr, seed):
     dist.barrier()
     seconds = time.perf_counter() - started
     dist.destroy_process_group()
-    return {"epoch_seconds": seconds, "steps": int(steps), "loss": float(loss)}
+    return {"epoch_seconds": seconds, "steps": int(steps), "loss": loss.item()}
 
 
 def _row_udf(model_bytes):
@@ -150,6 +159,7 @@ def run(spark, rows: int, features: int, batch_size: int, passes: int, lr: float
     from pyspark.ml.torch.distributor import TorchDistributor
 
     from benchmarks import reader_throughput
+    from horovod_spark.data.sharding import default_steps_per_epoch
     from horovod_spark.estimator import TorchEstimator
     from horovod_spark.store import Store
 
@@ -172,12 +182,14 @@ def run(spark, rows: int, features: int, batch_size: int, passes: int, lr: float
                          callbacks=[_EpochTimer(timer_file)])
     distributor = TorchDistributor(num_processes=2, local_mode=False, use_gpu=False)
     fits, dists = [], []
+    # The reader's default: enough steps for every rank to cover its shard.
+    estimator_steps = default_steps_per_epoch(reader[0]["dataset_rows"], 2, batch_size)
 
     def fit_once():
         start = time.perf_counter()
         model = est.fit_on_parquet(dataset_dir)
         fits.append({"wall_seconds": time.perf_counter() - start, "epoch_seconds": float(open(timer_file).read()),
-                     "loss": model.getHistory()["loss"][-1]})
+                     "loss": model.getHistory()["loss"][-1], "steps": estimator_steps})
         return model
 
     def distributor_once():
@@ -233,10 +245,10 @@ def format_table(r) -> str:
                      fit["all_wall_seconds"], fit["all_epoch_seconds"], dist["all_wall_seconds"],
                      dist["all_epoch_seconds"], tr["ours_all"], tr["row_udf_all"], ta["ours_all"],
                      ta["row_udf_all"])) + ("%.1f" % r["load_average"][0],)))
-    lines.append("%d rows x %d float32 features + int label; MLP %d-%d-%d-%d; batch %d per rank; 2 ranks; "
-                 "final train loss: estimator %.4f, distributor %.4f (last batch)"
-                 % (r["rows"], r["features"], r["features"], HIDDEN, HIDDEN, CLASSES, r["batch_size"], fit["loss"],
-                    dist["loss"]))
+    lines.append("%d rows x %d float32 features + int label; MLP %d-%d-%d-%d; batch %d per rank; 2 ranks; steps per "
+                 "rank: estimator %d, distributor %d; train loss: estimator %.4f (epoch mean), distributor %.4f "
+                 "(last batch)" % (r["rows"], r["features"], r["features"], HIDDEN, HIDDEN, CLASSES, r["batch_size"],
+                                   fit["steps"], dist["steps"], fit["loss"], dist["loss"]))
     return "\n".join(lines)
 
 

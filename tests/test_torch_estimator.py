@@ -87,7 +87,7 @@ def _classification_rows(n, seed=0):
             vec = Vectors.sparse(4, {j: float(v[j]) for j in range(4) if v[j] != 0.0})
         else:
             vec = Vectors.dense(v.tolist())
-        rows.append((vec, [float(a) for a in x[i, 4:]], int(labels[i]), bool(i % 5 == 0)))
+        rows.append((vec, [float(a) for a in x[i, 4:]], int(labels[i])))
     return rows
 
 
@@ -95,7 +95,7 @@ def _classification_rows(n, seed=0):
 def class_df(spark):
     from pyspark.ml.linalg import VectorUDT
     schema = T.StructType([T.StructField("vec", VectorUDT()), T.StructField("arr", T.ArrayType(T.FloatType())),
-                           T.StructField("label", T.IntegerType()), T.StructField("is_val", T.BooleanType())])
+                           T.StructField("label", T.IntegerType())])
     # One partition: fewer partitions than ranks.
     return spark.createDataFrame(_classification_rows(600), schema).coalesce(1).cache()
 
