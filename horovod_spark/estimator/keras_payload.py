@@ -11,8 +11,8 @@ from typing import Any
 import cloudpickle
 
 from .keras_io import model_from_bytes, model_to_bytes
+from horovod_spark.estimator.common import payload as _shared
 
-_COMPRESSIONS = ("none", "fp16")
 
 
 @dataclass
@@ -104,26 +104,10 @@ def _check_losses(loss) -> None:
 
 def compression_name(value) -> str:
     """'none' / 'fp16' for the gradient_compression param (None, a name, or a Compression class)."""
-    if value is None:
-        return "none"
-    if isinstance(value, str):
-        if value.lower() in _COMPRESSIONS:
-            return value.lower()
-    else:
+    def load():
         from horovod_spark.tensorflow.compression import Compression
-        for name in _COMPRESSIONS:
-            if value is getattr(Compression, name):
-                return name
-    raise ValueError("gradient_compression=%r: use None, 'fp16', or horovod_spark.keras.Compression.fp16" % (value,))
-
-
-def _pickled(name: str, value) -> bytes:
-    try:
-        return cloudpickle.dumps(value)
-    except Exception as exc:
-        raise ValueError("%s cannot be sent to the ranks: cloudpickle failed with %s: %s. Objects such as locks, "
-                         "open files, sockets or SparkSessions cannot travel; create them inside the function, or "
-                         "define classes in an importable module" % (name, type(exc).__name__, exc)) from exc
+        return Compression
+    return _shared.compression_name(value, load, "horovod_spark.keras.Compression.fp16")
 
 
 def check_model(est):
@@ -179,11 +163,11 @@ def check_and_pack(est, cfg):
                          % type(checkpoint_callback).__name__)
     parts = {
         "model": data,
-        "compile": _pickled("optimizer/loss/metrics", args),
-        "custom_objects": _pickled("custom_objects", custom_objects),
-        "callbacks": _pickled("callbacks", cfg.callbacks),
-        "checkpoint_callback": _pickled("checkpoint_callback", checkpoint_callback),
-        "transformation_fn": _pickled("transformation_fn", cfg.transformation_fn),
+        "compile": _shared.pickled("optimizer/loss/metrics", args),
+        "custom_objects": _shared.pickled("custom_objects", custom_objects),
+        "callbacks": _shared.pickled("callbacks", cfg.callbacks),
+        "checkpoint_callback": _shared.pickled("checkpoint_callback", checkpoint_callback),
+        "transformation_fn": _shared.pickled("transformation_fn", cfg.transformation_fn),
         "compression": compression,
     }
     signature = {

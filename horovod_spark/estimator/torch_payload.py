@@ -12,8 +12,8 @@ import cloudpickle
 import torch
 
 from . import torch_metrics
+from horovod_spark.estimator.common import payload as _shared
 
-_COMPRESSIONS = ("none", "fp16")
 
 
 @dataclass
@@ -57,26 +57,10 @@ def build_optimizer(recipe: OptimizerRecipe, model):
 
 def compression_name(value) -> str:
     """'none' / 'fp16' for the gradient_compression param (None, a name, or a Compression class)."""
-    if value is None:
-        return "none"
-    if isinstance(value, str):
-        if value.lower() in _COMPRESSIONS:
-            return value.lower()
-    else:
+    def load():
         from horovod_spark.torch.compression import Compression
-        for name in _COMPRESSIONS:
-            if value is getattr(Compression, name):
-                return name
-    raise ValueError("gradient_compression=%r: use None, 'fp16', or horovod_spark.torch.Compression.fp16" % (value,))
-
-
-def _pickled(name: str, value) -> bytes:
-    try:
-        return cloudpickle.dumps(value)
-    except Exception as exc:
-        raise ValueError("%s cannot be sent to the ranks: cloudpickle failed with %s: %s. Objects such as locks, "
-                         "open files, sockets or SparkSessions cannot travel; create them inside the function, or "
-                         "define classes in an importable module" % (name, type(exc).__name__, exc)) from exc
+        return Compression
+    return _shared.compression_name(value, load, "horovod_spark.torch.Compression.fp16")
 
 
 def check_and_pack(est, cfg):
@@ -118,12 +102,12 @@ def check_and_pack(est, cfg):
                          "reduction='none' (e.g. torch.nn.CrossEntropyLoss(reduction='none'))")
 
     parts = {
-        "model": _pickled("model", model),
-        "optimizer": _pickled("optimizer", recipe),
-        "loss": _pickled("loss", list(losses)),
-        "metrics": _pickled("metrics", metrics),
-        "callbacks": _pickled("callbacks", cfg.callbacks),
-        "transformation_fn": _pickled("transformation_fn", cfg.transformation_fn),
+        "model": _shared.pickled("model", model),
+        "optimizer": _shared.pickled("optimizer", recipe),
+        "loss": _shared.pickled("loss", list(losses)),
+        "metrics": _shared.pickled("metrics", metrics),
+        "callbacks": _shared.pickled("callbacks", cfg.callbacks),
+        "transformation_fn": _shared.pickled("transformation_fn", cfg.transformation_fn),
         "compression": compression,
     }
     signature = {

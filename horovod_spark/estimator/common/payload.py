@@ -1,0 +1,31 @@
+"""Pieces shared by the Torch and Keras payload builders: shipping user objects to the ranks, and
+reading the gradient_compression param."""
+import cloudpickle
+
+COMPRESSIONS = ("none", "fp16")
+
+
+def pickled(name: str, value) -> bytes:
+    """cloudpickle ``value``, or a ValueError that says which param cannot travel and why."""
+    try:
+        return cloudpickle.dumps(value)
+    except Exception as exc:
+        raise ValueError("%s cannot be sent to the ranks: cloudpickle failed with %s: %s. Objects such as locks, "
+                         "open files, sockets or SparkSessions cannot travel; create them inside the function, or "
+                         "define classes in an importable module" % (name, type(exc).__name__, exc)) from exc
+
+
+def compression_name(value, compression_cls_loader, hint: str) -> str:
+    """'none' / 'fp16' for the gradient_compression param: None, a name, or one of the framework's
+    Compression classes (``compression_cls_loader()`` imports it only when needed)."""
+    if value is None:
+        return "none"
+    if isinstance(value, str):
+        if value.lower() in COMPRESSIONS:
+            return value.lower()
+    else:
+        compression = compression_cls_loader()
+        for name in COMPRESSIONS:
+            if value is getattr(compression, name):
+                return name
+    raise ValueError("gradient_compression=%r: use None, 'fp16', or %s" % (value, hint))
