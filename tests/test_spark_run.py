@@ -53,8 +53,16 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def _our_threads():
-    return [t.name for t in threading.enumerate() if t.name.startswith(("kv-", "hs-"))]
+def _our_threads(settle_s: float = 3.0):
+    """Our service/runner threads still alive, after giving any that are already finishing up to
+    settle_s to exit (a connection thread can be a few ms from its end when run() returns). A
+    thread that really leaked is still listed."""
+    deadline = time.monotonic() + settle_s
+    while True:
+        alive = [t.name for t in threading.enumerate() if t.name.startswith(("kv-", "hs-"))]
+        if not alive or time.monotonic() >= deadline:
+            return alive
+        time.sleep(0.05)
 
 
 # -- rank functions ---------------------------------------------------------------------------
