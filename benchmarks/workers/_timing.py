@@ -6,6 +6,7 @@ and calls ``bench_sizes``; rank 0 prints one ``BENCH_JSON {...}`` line per size,
 """
 import argparse
 import json
+import resource
 import sys
 import time
 
@@ -15,8 +16,8 @@ MARKER = "BENCH_JSON "
 
 # Per-size time budget and iteration bounds. The iteration count is derived from a warm-up
 # estimate agreed across ranks (max), so every rank runs the same number of collectives.
-FULL = dict(budget_s=1.0, min_iters=10, max_iters=2000)
-QUICK = dict(budget_s=0.25, min_iters=5, max_iters=300)
+FULL = dict(budget_s=1.0, min_iters=10, max_iters=20000)
+QUICK = dict(budget_s=0.25, min_iters=5, max_iters=2000)
 
 
 def parse_args(argv=None):
@@ -46,7 +47,8 @@ def warmup_count(nbytes, quick):
 def time_op(op, nbytes, quick, max_across, barrier):
     """Per-op times of ``op`` (one collective step), as the max over ranks of each iteration.
 
-    Returns (times, warmup_estimate_s). Every rank must call this with the same arguments.
+    Returns (times, warmup_estimate_s, per-op rusage of the busiest rank). Every rank must call
+    this with the same arguments.
     """
     limits = QUICK if quick else FULL
     warm = warmup_count(nbytes, quick)
@@ -59,12 +61,19 @@ def time_op(op, nbytes, quick, max_across, barrier):
     times = np.empty(iters, dtype=np.float64)
     barrier()
     clock = time.perf_counter
+    before = resource.getrusage(resource.RUSAGE_SELF)
     for i in range(iters):
         t = clock()
         op()
         times[i] = clock() - t
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    # Sleeps (voluntary switches) and CPU burnt per op tell a polling wait from a blocking one.
+    usage = max_across(np.array([after.ru_nvcsw - before.ru_nvcsw, after.ru_nivcsw - before.ru_nivcsw,
+                                 (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)],
+                                dtype=np.float64) / iters)
     # The slowest rank defines when an iteration is done for the job as a whole.
-    return max_across(times), est
+    return max_across(times), est, {"vol_csw_per_op": float(usage[0]), "invol_csw_per_op": float(usage[1]),
+                                    "cpu_s_per_op": float(usage[2])}
 
 
 def summarize(times):
@@ -92,12 +101,13 @@ def bench_sizes(adapter, system, sizes, quick):
                                % (system, nbytes, got, nranks))
         # Zeros stay zeros under Sum, so repeated in-place reductions never reach inf/NaN.
         adapter.fill(buf, 0.0)
-        times, est = time_op(lambda: adapter.allreduce(buf, nbytes), nbytes, quick,
-                             adapter.max_across, adapter.barrier)
+        times, est, usage = time_op(lambda: adapter.allreduce(buf, nbytes), nbytes, quick,
+                                    adapter.max_across, adapter.barrier)
         if rank == 0:
             rec = {"kind": "allreduce", "system": system, "np": nranks, "bytes": nbytes,
                    "warmup_est_s": est}
             rec.update(summarize(times))
+            rec.update(usage)
             rec["algbw_GBps"] = nbytes / rec["median_s"] / 1e9
             emit(rec)
         del buf

@@ -78,12 +78,13 @@ def bench_grouped(adapter, quick, with_grouped):
             raise RuntimeError("%s step gave %r, expected %d" % (variant, bad[:3], adapter.size))
         for t in grads + [big]:
             t.zero_()
-        times, est = _timing.time_op(step, total, quick, adapter.max_across, adapter.barrier)
+        times, est, usage = _timing.time_op(step, total, quick, adapter.max_across, adapter.barrier)
         if adapter.rank == 0:
             rec = {"kind": "grouped", "system": "horovod_spark", "np": adapter.size, "variant": variant,
                    "bytes": total, "tensors": 1 if variant == "one_big" else GRAD_COUNT,
                    "tensor_bytes": total if variant == "one_big" else GRAD_BYTES, "warmup_est_s": est}
             rec.update(_timing.summarize(times))
+            rec.update(usage)
             _timing.emit(rec)
 
 

@@ -11,6 +11,10 @@ Times (median over iterations of the slowest rank), for one tensor of --bytes:
 and for a DistributedOptimizer-like step of --count tensors of --tensor-bytes:
   step_submit        the loop of allreduce_async_ calls
   step_synchronize   the loop of synchronize calls
+  step_first_handle  from the end of submission until the first tensor's synchronize returns
+  step_whole         both loops
+  step_core_direct   the same step through horovod_spark.common.ops: no torch layer
+  step_core_counters fused responses per step (from the core's counters, where it has them)
 Pair it with --timeline-filename on the launcher and benchmarks/timeline_summary.py to split the
 core's share into negotiation and data movement.
 """
@@ -23,7 +27,7 @@ import _timing
 
 import torch
 import horovod_spark.torch as hvd
-from horovod_spark.common import ops
+from horovod_spark.common import _core, ops
 
 
 def main():
@@ -114,8 +118,48 @@ def main():
             hvd.synchronize(h)
         return clock() - t
 
+    def step_first_handle():
+        handles = [hvd.allreduce_async_(g, op=hvd.Sum, name=n) for g, n in zip(grads, names)]
+        t = clock()
+        hvd.synchronize(handles[0])
+        d = clock() - t
+        for h in handles[1:]:
+            hvd.synchronize(h)
+        return d
+
+    def step_whole():
+        t = clock()
+        handles = [hvd.allreduce_async_(g, op=hvd.Sum, name=n) for g, n in zip(grads, names)]
+        for h in handles:
+            hvd.synchronize(h)
+        return clock() - t
+
+    core_names = ["allreduce.bd.core.%d" % i for i in range(args.count)]
+    core_bufs = [(g.data_ptr(), tuple(g.shape)) for g in grads]
+
+    def step_core_direct():
+        t = clock()
+        handles = [ops.allreduce_async(n, p, p, "float32", shp, ops.Sum) for n, (p, shp) in zip(core_names, core_bufs)]
+        for h in handles:
+            ops.wait(h)
+        return clock() - t
+
     measure("step_submit", step_submit, args.steps, step_info)
     measure("step_synchronize", step_synchronize, args.steps, step_info)
+    measure("step_first_handle", step_first_handle, args.steps, step_info)
+    stats = getattr(_core, "stats", None)
+    before = stats() if stats else None
+    measure("step_whole", step_whole, args.steps, step_info)
+    if stats and rank == 0:
+        after = stats()
+        # Includes the warm-up steps and the few small ops measure() adds; per step it is exact
+        # enough to tell one fused response from hundreds.
+        steps = args.steps + max(10, args.steps // 10)
+        _timing.emit({"kind": "breakdown", "what": "step_core_counters", "np": hvd.size(),
+                      "responses_per_step": (after["responses"] - before["responses"]) / steps,
+                      "fused_tensors_per_step": (after["fused_tensors"] - before["fused_tensors"]) / steps,
+                      "cached_requests_per_step": (after["requests_cached"] - before["requests_cached"]) / steps})
+    measure("step_core_direct", step_core_direct, args.steps, step_info)
     hvd.shutdown()
 
 
