@@ -175,7 +175,8 @@ def run_epochs(store, dataset_dir, features, batch_size, lr, repeats, scratch):
 
 # -- driver ------------------------------------------------------------------------------------------
 
-def run(spark, rows, features, batch_size, passes, lr, repeats, store_root, row_group_bytes, epochs=True):
+def run(spark, rows, features, batch_size, passes, lr, repeats, store_root, row_group_bytes, epochs=True,
+        compression="snappy"):
     import pyarrow
     import pyspark
 
@@ -185,9 +186,9 @@ def run(spark, rows, features, batch_size, passes, lr, repeats, store_root, row_
     store = Store.create(store_root)
     start = time.perf_counter()
     prepared = prepare_data(store, make_dataframe(spark, rows, features), ["features"], ["label"], num_proc=2,
-                            row_group_bytes=row_group_bytes)
+                            row_group_bytes=row_group_bytes, compression=compression)
     results = {"rows": prepared.train_rows, "features": features, "batch_size": batch_size,
-               "row_group_bytes": row_group_bytes,
+               "row_group_bytes": row_group_bytes, "compression": compression,
                "prepare_seconds": time.perf_counter() - start, "pyspark": pyspark.__version__,
                "pyarrow": pyarrow.__version__}
     if petastorm_support.is_available():
@@ -200,8 +201,9 @@ def run(spark, rows, features, batch_size, passes, lr, repeats, store_root, row_
 
 def format_table(r) -> str:
     lines = ["pyspark %s, pyarrow %s; %d rows x %d float32 features (one vector column) + int label; %.1f MiB "
-             "row groups; batch %d" % (r["pyspark"], r["pyarrow"], r["rows"], r["features"],
-                                      r["row_group_bytes"] / 2**20, r["batch_size"]), ""]
+             "row groups, %s; batch %d" % (r["pyspark"], r["pyarrow"], r["rows"], r["features"],
+                                          r["row_group_bytes"] / 2**20, r.get("compression", "snappy"),
+                                          r["batch_size"]), ""]
     if "readers" in r:
         base = r["readers"]["petastorm make_batch_reader"]
         lines += ["| (d) reader, one full pass | rows/s (median) | vs make_batch_reader |", "| --- | --- | --- |"]
@@ -234,6 +236,7 @@ def main(argv=None) -> int:
     parser.add_argument("--lr", type=float, default=0.05)
     parser.add_argument("--repeats", type=int, default=2, help="alternated fits per estimator in (e)")
     parser.add_argument("--row-group-mib", type=float, default=8.0, help="prepare_data's row group size")
+    parser.add_argument("--compression", default="snappy", help="prepare_data's Parquet codec")
     parser.add_argument("--readers-only", action="store_true", help="skip (e)")
     parser.add_argument("--json", help="also write the raw results here")
     args = parser.parse_args(argv)
@@ -247,7 +250,8 @@ def main(argv=None) -> int:
     store_root = tempfile.mkdtemp(prefix="hs-estimator-legacy-bench-")
     try:
         results = run(spark, args.rows, args.features, args.batch_size, args.passes, args.lr, args.repeats,
-                      store_root, int(args.row_group_mib * 2**20), epochs=not args.readers_only)
+                      store_root, int(args.row_group_mib * 2**20), epochs=not args.readers_only,
+                      compression=args.compression)
     finally:
         spark.stop()
         shutil.rmtree(store_root, ignore_errors=True)

@@ -257,3 +257,18 @@ def test_row_groups_follow_row_group_bytes(spark, store):
     assert sum(groups) >= 8  # ~2.7 MB of doubles in 256 KiB row groups
     doc = json.loads(store.read_bytes(store.get_data_metadata_path(prepared.key)))
     assert sum(f["row_groups"] for f in doc["train_files"]) == sum(groups)
+
+
+def test_prepared_columns_are_written_without_dictionary_pages(spark, store):
+    # Repeating values would get a dictionary by default; prepared data is read many times, so it
+    # is written plain (decoding dictionary pages cost 10-25% of a read pass on float features).
+    import pyarrow.parquet as pq
+    df = spark.range(5000, numPartitions=1).select(
+        F.array(*[(F.col("id") % 3 + i).cast("float") for i in range(4)]).alias("v"), (F.col("id") % 2).alias("y"))
+    prepared = prepare_data(store, df, ["v"], ["y"])
+    fragment = next(iter(ds.dataset(prepared.train_path, format="parquet").get_fragments()))
+    meta = pq.ParquetFile(fragment.path).metadata
+    for i in range(meta.num_columns):
+        column = meta.row_group(0).column(i)
+        assert not column.has_dictionary_page and not any("DICTIONARY" in e for e in column.encodings), \
+            (column.path_in_schema, column.encodings)
