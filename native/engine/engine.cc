@@ -15,6 +15,7 @@ namespace {
 enum RequestTag : uint8_t { kFullRequest = 0, kCachedRequest = 1 };
 enum ResponseTag : uint8_t { kFullResponse = 0, kCachedResponses = 1 };
 constexpr int kSpinRoundsBeforeSleep = 2000;
+constexpr int64_t kWaitSpinUs = 50, kWaitYieldUs = 500;
 }  // namespace
 
 Engine::Engine(int rank, int size, const Config& cfg)
@@ -55,6 +56,7 @@ void Engine::shutdown() {
   if (thread_.joinable()) {
     stop_ = true;
     transport_.notify_self();
+    doorbell_ring(&handoff_);
     thread_.join();
   }
   {
@@ -148,15 +150,16 @@ bool Engine::progress_once() {
 void Engine::loop() {
   int idle_rounds = 0;
   while (!stop_ && !dead_) {
-    uint32_t token = transport_.activity_token();
+    uint32_t handoff = handoff_.seq.load();
     if (waiters_driving_.load() > 0) {
-      // A framework thread is running the engine from wait(); stay off the CPU, but look again
-      // soon in case it stops.
-      transport_.wait_for_activity(token, 1000);
+      // A framework thread is running the engine from wait(); stay off the CPU until it leaves
+      // (it rings handoff_), looking again now and then in case that ring is missed.
+      doorbell_wait(&handoff_, handoff, 2000);
       continue;
     }
+    uint32_t token = transport_.activity_token();
     if (!progress_mu_.try_lock()) {
-      transport_.wait_for_activity(token, 200);  // a waiter is running the engine right now
+      doorbell_wait(&handoff_, handoff, 200);  // a waiter is running the engine right now
       continue;
     }
     bool progress = progress_once();
@@ -168,7 +171,7 @@ void Engine::loop() {
     // Stay hot briefly after work (the next step's tensors usually follow at once), then sleep
     // on the doorbell so an idle rank costs no CPU.
     if (++idle_rounds < kSpinRoundsBeforeSleep) {
-      if (idle_rounds > 200) sched_yield();
+      if (idle_rounds > 200 || transport_.oversubscribed()) sched_yield();
       continue;
     }
     transport_.wait_for_activity(token, static_cast<int>(std::max(1.0, cfg_.cycle_time_ms * 1000)));
@@ -185,6 +188,7 @@ bool Engine::wait(int64_t handle, double timeout_s) {
   };
   waiters_driving_++;
   int idle = 0;
+  int64_t idle_since = 0;
   bool done = false;
   while (!(done = handles_.poll(handle))) {
     if (timeout_s >= 0 && left_s() <= 0) break;
@@ -202,13 +206,16 @@ bool Engine::wait(int64_t handle, double timeout_s) {
     }
     bool progress = progress_once();
     progress_mu_.unlock();
-    if (progress) { idle = 0; continue; }
-    if (++idle < 200) continue;
-    if (idle < 400) { sched_yield(); continue; }
+    if (progress) { idle = 0; idle_since = 0; continue; }
+    // As in an exchange: spin while every rank has its own CPU, then yield, then sleep.
+    int64_t now = Timeline::now_us();
+    if (idle_since == 0) idle_since = now;
+    if (!transport_.oversubscribed() && now - idle_since < kWaitSpinUs) continue;
+    if (now - idle_since < kWaitYieldUs) { sched_yield(); continue; }
     transport_.wait_for_activity(token, 1000);
   }
   waiters_driving_--;
-  transport_.notify_self();  // hand the engine back to the background thread
+  doorbell_ring(&handoff_);  // hand the engine back to the background thread
   if (done) return true;
   if (timeout_s >= 0 && left_s() <= 0) return handles_.poll(handle);
   return handles_.wait(handle, timeout_s < 0 ? -1.0 : std::max(0.0, left_s()));

@@ -104,6 +104,9 @@ class Engine {
   std::atomic<bool> dead_{false};           // a fatal error ended the engine
   std::mutex progress_mu_;                  // whoever holds it runs the engine
   std::atomic<int> waiters_driving_{0};     // threads in wait() willing to run the engine
+  // The engine thread sleeps here, not on the transport's doorbell, while a waiter drives: the
+  // doorbell rings for every chunk a peer moves, and each ring would wake it for nothing.
+  Doorbell handoff_{};
 
   std::mutex queue_mu_;  // guards queue_, inflight_, failed_, gone_, process_sets_
   std::vector<TensorRequest> queue_;

@@ -2,6 +2,8 @@
 
 #include <fcntl.h>
 #include <linux/futex.h>
+
+#include <cstdint>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -117,7 +119,11 @@ void doorbell_wait(Doorbell* d, uint32_t seen, int timeout_us) {
 void doorbell_ring(Doorbell* d) {
   d->seq.fetch_add(1, std::memory_order_seq_cst);
   if (d->sleeping.load(std::memory_order_seq_cst))
-    syscall(SYS_futex, reinterpret_cast<uint32_t*>(&d->seq), FUTEX_WAKE, 1, nullptr, nullptr, 0);
+    // Wake every sleeper: a rank's engine thread and its waiting caller may both sleep on this
+    // word, and waking only one can leave the caller asleep until its timeout while the peer
+    // waits on it (millisecond stalls in the middle of a collective).
+    syscall(SYS_futex, reinterpret_cast<uint32_t*>(&d->seq), FUTEX_WAKE, INT32_MAX, nullptr, nullptr,
+            0);
 }
 
 ShmLink::ShmLink(ShmSegment* seg, bool control, int my_local, int peer_local)

@@ -24,6 +24,10 @@ constexpr uint32_t kMagic = 0x48535031;  // "HSP1"
 enum Channel : uint32_t { kLiveness = 0, kControl = 1, kData = 2 };
 constexpr char kGoodbye = 'B';
 constexpr size_t kMaxChunk = 256 << 10;  // bounded pieces let the receiver start reducing early
+// Idle time inside an exchange before pause-spinning gives way to sched_yield, and before
+// yielding gives way to sleeping on the doorbell.
+constexpr int64_t kSpinUs = 50;
+constexpr int64_t kYieldUs = 500;
 
 int64_t now_us() {
   return std::chrono::duration_cast<std::chrono::microseconds>(
@@ -64,6 +68,9 @@ void Transport::connect(const std::vector<PeerAddress>& peers, const TransportOp
     if (r == rank_ || (!opt.disable_shm && peers[r].host_id == peers[rank_].host_id))
       local_index_[r] = idx++;
   local_size_ = idx;
+  int same_host = 0;
+  for (int r = 0; r < size_; ++r) same_host += peers[r].host_id == peers[rank_].host_id;
+  oversubscribed_ = same_host > usable_cpus();
   if (size_ == 1) return;
 
   char token[32] = {0};
@@ -201,19 +208,30 @@ std::vector<int> Transport::check_peers(std::vector<int>* gone) {
   return dead;
 }
 
+int usable_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? static_cast<int>(n) : 1;
+}
+
 void Transport::wait_in_exchange(uint32_t token, const std::vector<int>& peers,
                                  int64_t& idle_since_us, int& spins) {
+  // Peers usually answer within microseconds, and a futex sleep costs tens of them on a VM:
+  // spin first (only when every rank has a CPU of its own), then yield, then sleep.
   ++spins;
-  if (spins < 256) {
+  int64_t now = now_us();
+  if (idle_since_us == 0) idle_since_us = now;
+  int64_t idle_us = now - idle_since_us;
+  if (!oversubscribed_ && idle_us < kSpinUs) {
     _mm_pause();
     return;
   }
-  if (spins < 512) {
+  if (idle_us < kYieldUs) {
     sched_yield();
     return;
   }
-  int64_t now = now_us();
-  if (idle_since_us == 0) idle_since_us = now;
   std::vector<int> gone_now;
   std::vector<int> dead = check_peers(&gone_now);
   for (int p : peers) {

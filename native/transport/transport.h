@@ -42,6 +42,9 @@ class Transport {
   bool is_local(int peer) const { return local_index_[peer] >= 0; }
   int local_rank() const { return local_index_[rank_]; }
   int local_size() const { return local_size_; }
+  // More ranks on this host than CPUs this process may run on: waiting then yields the CPU at
+  // once instead of spinning, since the rank being waited for may need this very core.
+  bool oversubscribed() const { return oversubscribed_; }
 
   // Point-to-point transfers between global ranks (see Group::exchange).
   void exchange(const std::vector<SendSpec>& sends, const std::vector<RecvSpec>& recvs);
@@ -92,7 +95,11 @@ class Transport {
   std::vector<int> remote_fds_;
   TransportOptions opt_;
   bool closed_ = false;
+  bool oversubscribed_ = false;
 };
+
+// CPUs the calling process may run on (its affinity mask), at least 1.
+int usable_cpus();
 
 // A Group over a subset of the transport's ranks (the global set or a process set).
 class PeerGroup : public Group {
