@@ -151,9 +151,12 @@ def wait(handle: int, timeout: Optional[float] = None):
             outcome = _core.wait_take(handle, slice_s)
             if outcome is None and deadline is not None and time.monotonic() >= deadline:
                 raise HorovodTimeoutError("collective did not complete within %.1f s" % timeout)
-    kind, message, data, shape, splits, value = outcome
     wants_value = handle in _value_handles
-    _value_handles.discard(handle)
+    if wants_value:
+        _value_handles.discard(handle)
+    if outcome is True:  # success with no data and a zero value
+        return 0 if wants_value else None
+    kind, message, data, shape, splits, value = outcome
     if kind == _ERR_COLLECTIVE:
         raise HorovodCollectiveError(message)
     if kind == _ERR_INTERNAL:

@@ -56,28 +56,39 @@ def register(core_handles, keep_alive, finish):
     if isinstance(core_handles, int):
         core_handles = [core_handles]
     entry = _Pending(list(core_handles), keep_alive, finish)
-    with _lock:
-        handle = next(_next_handle)
-        _pending[handle] = entry
+    # next() on itertools.count and a dict store are each atomic under the GIL: no lock needed.
+    handle = next(_next_handle)
+    _pending[handle] = entry
+    return handle
+
+
+def register_result(core_handle, result, keep_alive):
+    """``register`` for one core handle whose successful wait leaves ``result`` ready as is (an
+    in-place allreduce): synchronize returns it without a finish callback."""
+    handle = next(_next_handle)
+    _pending[handle] = (core_handle, result, keep_alive)
     return handle
 
 
 def poll(handle):
     """True once the operation behind ``handle`` finished (``synchronize`` then won't block)."""
-    with _lock:
-        entry = _pending.get(handle)
+    entry = _pending.get(handle)
     if entry is None:
         raise ValueError("poll(): unknown handle %r (already synchronized, or not from this process)"
                          % (handle,))
+    if type(entry) is tuple:
+        return _core.poll(entry[0])
     return all(_core.poll(h) for h in entry.core_handles)
 
 
 def synchronize(handle):
     """Wait for ``handle`` and return its result; None for an unknown handle, as in Horovod."""
-    with _lock:
-        entry = _pending.pop(handle, None)
+    entry = _pending.pop(handle, None)  # atomic under the GIL
     if entry is None:
         return None
+    if type(entry) is tuple:  # from register_result
+        _core.wait(entry[0])
+        return entry[1]
     results, error = [], None
     # Wait for every part even after one fails, so no part still writes into memory we release.
     for h in entry.core_handles:

@@ -54,13 +54,16 @@ def _launch_allreduce(tensor, inplace, name, op, prescale_factor, postscale_fact
         _handles.op_name("allreduce", name, process_set), src.data_ptr(), out.data_ptr(), dtype,
         tuple(src.shape), core_op(op), float(prescale_factor), float(postscale_factor),
         _handles.process_set_id(process_set))
+    if not inplace:
+        return _handles.register_result(core_handle, out, src)  # src: the core still reads it
+    if out is tensor:
+        # In place on the caller's own memory (DistributedOptimizer's case): nothing to finish.
+        return _handles.register_result(core_handle, tensor, None)
 
-    def finish(_results):
-        if inplace and out is not tensor:
-            with torch.no_grad():
-                tensor.copy_(out)
-            return tensor
-        return out
+    def finish(_results):  # in place on a non-contiguous tensor: copy the result back
+        with torch.no_grad():
+            tensor.copy_(out)
+        return tensor
 
     return _handles.register(core_handle, (tensor, src, out), finish)
 

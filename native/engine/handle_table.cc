@@ -62,6 +62,18 @@ bool HandleTable::wait(int64_t h, double timeout_s) {
   return cv_.wait_for(l, std::chrono::duration<double>(timeout_s), done);
 }
 
+bool HandleTable::take_if_plain(int64_t h) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = states_.find(h);
+  if (it == states_.end()) throw std::out_of_range("unknown or already synchronized handle");
+  const State& st = it->second;
+  if (!st.done || st.error != HandleError::kNone || st.result.has_data || st.result.value != 0 ||
+      !st.result.shape.empty() || !st.result.splits.empty())
+    return false;
+  states_.erase(it);
+  return true;
+}
+
 HandleResult HandleTable::take(int64_t h, HandleError* kind, std::string* message) {
   std::lock_guard<std::mutex> l(mu_);
   auto it = states_.find(h);

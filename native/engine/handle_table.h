@@ -31,6 +31,9 @@ class HandleTable {
   // Waits up to timeout_s (< 0: forever); false on timeout. Throws std::out_of_range for an
   // unknown handle.
   bool wait(int64_t h, double timeout_s);
+  // Removes a completed handle if it succeeded with no data and a zero value (true), else leaves
+  // it for take().
+  bool take_if_plain(int64_t h);
   // Removes a completed handle and returns its outcome.
   HandleResult take(int64_t h, HandleError* kind, std::string* message);
 
