@@ -74,6 +74,27 @@ def allreduce_async(name, in_ptr, out_ptr, dtype, shape, op=Average, prescale=1.
                          float(prescale), float(postscale), process_set_id, "", 0, _NO_SPLITS)
 
 
+def allreduce(name, in_ptr, out_ptr, dtype, shape, op=Average, prescale=1.0, postscale=1.0,
+              process_set_id=0) -> None:
+    """``allreduce_async`` + ``wait`` in one call into the core (synchronous collectives): the
+    calling thread runs the engine from the start, with no hand-off to the engine thread."""
+    code = DTYPES.get(dtype)
+    if code is None:
+        _dtype_code(dtype)
+    if op == ReduceOp.Adasum or not 0 <= op <= 5:
+        raise NotImplementedError("op=%r is not supported by horovod_spark; use Average, Sum, Min, "
+                                  "Max or Product" % (op,))
+    if type(name) is not str or not name:
+        raise ValueError("collective name must be a non-empty string, got %r" % (name,))
+    outcome = _core.run(OP_ALLREDUCE, name, in_ptr, out_ptr, code, shape, 0, int(op), float(prescale),
+                        float(postscale), process_set_id, "", 0, _NO_SPLITS, 1.0)
+    if outcome is True:
+        return None
+    if type(outcome) is int:  # still running after a second: wait for it in Ctrl-C-able slices
+        return wait(outcome)
+    return _result(outcome, False)
+
+
 def grouped_allreduce_async(names, in_ptrs, out_ptrs, dtype, shapes, op=Average, prescale=1.0,
                             postscale=1.0, process_set_id=0) -> list:
     """One handle per tensor; the group is negotiated and reduced as one fused unit."""
@@ -154,6 +175,10 @@ def wait(handle: int, timeout: Optional[float] = None):
     wants_value = handle in _value_handles
     if wants_value:
         _value_handles.discard(handle)
+    return _result(outcome, wants_value)
+
+
+def _result(outcome, wants_value):
     if outcome is True:  # success with no data and a zero value
         return 0 if wants_value else None
     kind, message, data, shape, splits, value = outcome

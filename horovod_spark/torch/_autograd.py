@@ -17,8 +17,8 @@ class HorovodAllreduce(Function):
     @staticmethod
     def forward(ctx, tensor, name, op, prescale_factor, postscale_factor, process_set):
         ctx.args = (op, prescale_factor, postscale_factor, process_set)
-        return synchronize(_reduce_ops.allreduce_async(tensor, None, name, op, prescale_factor,
-                                                       postscale_factor, process_set))
+        return _reduce_ops.allreduce_now(tensor, False, name, op, prescale_factor, postscale_factor,
+                                         process_set)
 
     @staticmethod
     def backward(ctx, grad_output):

@@ -68,6 +68,20 @@ def _launch_allreduce(tensor, inplace, name, op, prescale_factor, postscale_fact
     return _handles.register(core_handle, (tensor, src, out), finish)
 
 
+def allreduce_now(tensor, inplace, name, op, prescale_factor, postscale_factor, process_set):
+    """Blocking allreduce (``allreduce_`` / the forward of ``allreduce``): the result tensor.
+    Contiguous tensors take one call into the core; others go through the async path."""
+    dtype = _buffers.check_tensor(tensor)
+    if not tensor.is_contiguous():
+        return synchronize(_launch_allreduce(tensor, inplace, name, op, prescale_factor, postscale_factor,
+                                             process_set))
+    out = tensor if inplace else torch.empty_like(tensor, memory_format=torch.contiguous_format)
+    _core.allreduce(_handles.op_name("allreduce", name, process_set), tensor.data_ptr(), out.data_ptr(), dtype,
+                    tuple(tensor.shape), core_op(op), float(prescale_factor), float(postscale_factor),
+                    _handles.process_set_id(process_set))
+    return out
+
+
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                     postscale_factor=1.0, process_set=global_process_set):
     """Start reducing ``tensor`` over the process set into a new tensor; ``tensor`` is unchanged."""

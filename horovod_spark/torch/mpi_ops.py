@@ -16,6 +16,7 @@ from horovod_spark.torch._autograd import (HorovodAllgather, HorovodAllreduce, H
                                            HorovodBroadcast, HorovodGroupedAllgather,
                                            HorovodGroupedAllreduce, HorovodGroupedReducescatter,
                                            HorovodReducescatter)
+from horovod_spark.torch import _reduce_ops
 from horovod_spark.torch._control_ops import barrier, init, join, shutdown
 from horovod_spark.torch._data_ops import (allgather_async, alltoall_async, broadcast_async,
                                            broadcast_async_, grouped_allgather_async)
@@ -50,8 +51,8 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
 def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                process_set=global_process_set):
     """Reduce ``tensor`` in place; returns ``tensor``."""
-    return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor,
-                                        process_set))
+    op = handle_average_backwards_compatibility(op, average)
+    return _reduce_ops.allreduce_now(tensor, True, name, op, prescale_factor, postscale_factor, process_set)
 
 
 def grouped_allreduce(tensors, average=None, name=None, compression=Compression.none, op=None,

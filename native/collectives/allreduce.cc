@@ -17,12 +17,13 @@
 #include "collectives/ring.h"
 #include "collectives/scratch.h"
 #include "collectives/tuning.h"
+#include "common/errors.h"
 
 namespace hs {
 namespace {
 
 void allreduce_direct(Group& g, const void* in, void* out, size_t count, DataType dtype,
-                      ReduceOp op) {
+                      ReduceOp op, bool input_sent = false) {
   const int n = g.size(), r = g.rank();
   const size_t bytes = count * dtype_size(dtype), slot = align_up(bytes);
   ScratchLease scratch(slot * size_t(n));
@@ -32,7 +33,7 @@ void allreduce_direct(Group& g, const void* in, void* out, size_t count, DataTyp
   for (int p = 0; p < n; ++p) {
     if (p == r) continue;
     char* dest = scratch.data() + slot * size_t(p);
-    sends.push_back(SendSpec{p, in, bytes});
+    if (!input_sent) sends.push_back(SendSpec{p, in, bytes});
     RecvSpec rs;
     rs.peer = p;
     rs.dest = dest;
@@ -57,6 +58,34 @@ void allreduce_ring(Group& g, const void* in, void* out, size_t count, DataType 
 }
 
 }  // namespace
+
+void allreduce_send_input(Group& g, const void* in, size_t bytes) {
+  check_buffer(in, bytes, "allreduce", "input");
+  if (bytes > tuning::kDirectReduceBytes)
+    throw CollectiveError("internal: only a direct-path allreduce can send its input early");
+  std::vector<SendSpec> sends;
+  for (int p = 0; p < g.size(); ++p)
+    if (p != g.rank()) sends.push_back(SendSpec{p, in, bytes});
+  g.exchange(sends, {});
+}
+
+void allreduce_after_send(Group& g, const void* in, void* out, size_t count, DataType dtype,
+                          ReduceOp op) {
+  const size_t bytes = count * dtype_size(dtype);
+  if (bytes > tuning::kDirectReduceBytes || g.size() == 1 || count == 0)
+    throw CollectiveError("internal: allreduce_after_send needs a direct-path allreduce");
+  allreduce_direct(g, in, out, count, dtype, op, true);
+}
+
+void discard_sent_input(Group& g, int peer, size_t bytes) {
+  if (bytes == 0) return;
+  ScratchLease sink(bytes);
+  RecvSpec rs;
+  rs.peer = peer;
+  rs.dest = sink.data();
+  rs.bytes = bytes;
+  g.exchange({}, {rs});
+}
 
 void allreduce(Group& g, const void* in, void* out, size_t count, DataType dtype, ReduceOp op) {
   check_group(g, "allreduce");

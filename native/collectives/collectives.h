@@ -15,6 +15,17 @@ namespace hs {
 // (bandwidth-optimal). count may be 0.
 void allreduce(Group& g, const void* in, void* out, size_t count, DataType dtype, ReduceOp op);
 
+// The halves of a small allreduce whose input goes out ahead of negotiation (the engine's
+// speculative path): allreduce_send_input sends this rank's whole input to every peer, exactly
+// as allreduce() would for count*size <= tuning::kDirectReduceBytes; allreduce_after_send is
+// allreduce() for a rank that did so (it only receives and reduces; the other ranks call plain
+// allreduce() or allreduce_after_send, in any mix); discard_sent_input receives and drops what a
+// peer sent that way for a collective that then failed.
+void allreduce_send_input(Group& g, const void* in, size_t bytes);
+void allreduce_after_send(Group& g, const void* in, void* out, size_t count, DataType dtype,
+                          ReduceOp op);
+void discard_sent_input(Group& g, int peer, size_t bytes);
+
 // out = concatenation, in rank order, of every rank's in; bytes_per_rank[r] is rank r's size
 // (may differ, may be 0). in is bytes_per_rank[g.rank()] long.
 void allgatherv(Group& g, const void* in, void* out, const std::vector<size_t>& bytes_per_rank);

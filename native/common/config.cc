@@ -46,6 +46,8 @@ Config Config::from_env() {
   c.data_timeout_seconds = env_number("HOROVOD_DATA_TIMEOUT_SECONDS", c.data_timeout_seconds, 1);
   c.start_timeout_seconds = env_number("HOROVOD_START_TIMEOUT", c.start_timeout_seconds, 1);
   c.shm_disable = env_flag("HOROVOD_SHM_DISABLE");
+  c.speculative_allreduce = !env("HOROVOD_SPECULATIVE_ALLREDUCE") ||
+                            env_flag("HOROVOD_SPECULATIVE_ALLREDUCE");
   c.shm_ring_bytes = static_cast<size_t>(
       env_number("HOROVOD_SHM_RING_BYTES", static_cast<double>(c.shm_ring_bytes), 65536));
   c.shm_ring_bytes = c.shm_ring_bytes / 4096 * 4096;

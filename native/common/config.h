@@ -20,6 +20,7 @@ struct Config {
   double start_timeout_seconds = 120;           // HOROVOD_START_TIMEOUT
   bool shm_disable = false;                     // HOROVOD_SHM_DISABLE
   size_t shm_ring_bytes = size_t(4) << 20;      // HOROVOD_SHM_RING_BYTES
+  bool speculative_allreduce = true;            // HOROVOD_SPECULATIVE_ALLREDUCE (0 disables)
 
   static Config from_env();  // throws std::invalid_argument naming the bad variable
 };

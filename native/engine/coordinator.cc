@@ -46,18 +46,35 @@ std::string Coordinator::key(const RequestMeta& m) const {
   return std::to_string(m.process_set) + "/" + m.name;
 }
 
-void Coordinator::add_request(int rank, const RequestMeta& meta, int32_t cache_id) {
+void Coordinator::add_request(int rank, const RequestMeta& meta, int32_t cache_id,
+                              int64_t spec_seq) {
   if (meta.type == OpType::kJoin) {
     handle_join(rank);
     return;
   }
   std::string k = key(meta);
+  auto earlier = pending_.find(k);
+  if (earlier != pending_.end() && earlier->second.by_rank.count(rank)) {
+    deferred_[k].push_back(Deferred{rank, meta, cache_id, spec_seq});
+    return;
+  }
   auto [it, fresh] = pending_.try_emplace(k);
   Pending& p = it->second;
   if (fresh) p.first_seen = p.last_warned = Clock::now();
   p.by_rank[rank] = meta;
   p.cache_ids[rank] = cache_id;
+  if (spec_seq >= 0) p.spec_seq[rank] = spec_seq;
   mark_ready_if_complete(k);
+}
+
+void Coordinator::replay_deferred(const std::vector<std::string>& keys) {
+  for (const std::string& k : keys) {
+    auto it = deferred_.find(k);
+    if (it == deferred_.end() || pending_.count(k)) continue;
+    std::vector<Deferred> held = std::move(it->second);
+    deferred_.erase(it);
+    for (auto& d : held) add_request(d.rank, d.meta, d.cache_id, d.spec_seq);  // may defer again
+  }
 }
 
 bool Coordinator::complete(const Pending& p, int32_t ps) const {
@@ -225,7 +242,33 @@ void Coordinator::validate(const Pending& p, const std::vector<int32_t>& ranks, 
   }
 }
 
+bool Coordinator::completed_by_speculation(const Pending& p) const {
+  const auto* ranks = process_set(p.by_rank.begin()->second.process_set);
+  if (!ranks || p.spec_seq.size() != ranks->size()) return false;
+  for (int32_t r : *ranks) {
+    auto it = p.spec_seq.find(r);
+    if (it == p.spec_seq.end() || it->second != p.spec_seq.begin()->second) return false;
+  }
+  return true;
+}
+
+void Coordinator::note_presend(const Pending& p, Response* r) const {
+  if (p.spec_seq.empty()) return;
+  r->all_cached = false;  // the compact encoding carries ids only
+  for (const auto& kv : p.spec_seq) {
+    r->presend.push_back(kv.first);
+    const RequestMeta& m = p.by_rank.at(kv.first);
+    r->presend_bytes.push_back(m.num_elements() * static_cast<int64_t>(dtype_size(m.dtype)));
+  }
+}
+
 Response Coordinator::build(const std::string& k, Pending& p) {
+  Response r = build_response(k, p);
+  note_presend(p, &r);
+  return r;
+}
+
+Response Coordinator::build_response(const std::string& k, Pending& p) {
   const RequestMeta& first = p.by_rank.begin()->second;
   // Fast path: every rank sent the same cache id, so this exact request was validated before.
   int32_t common = p.cache_ids.begin()->second;
@@ -294,6 +337,7 @@ size_t response_bytes(const Response& r) {
 
 void Coordinator::fuse(std::vector<Response>& in, std::vector<Response>* out) {
   auto compatible = [](const Response& a, const Response& b) {
+    if (!a.presend.empty() || !b.presend.empty()) return false;  // their inputs went out alone
     if (a.names.size() == 1 && response_bytes(a) >= kFuseTensorsBelowBytes) return false;
     if (b.names.size() == 1 && response_bytes(b) >= kFuseTensorsBelowBytes) return false;
     return a.type == OpType::kAllreduce && b.type == OpType::kAllreduce && a.error.empty() &&
@@ -330,29 +374,33 @@ std::vector<Response> Coordinator::take_ready() {
     if (!m.group.empty()) ++ready_members[m.group];
   }
   std::map<std::string, std::vector<Response>> groups;
-  std::vector<std::string> still_waiting;
+  std::vector<std::string> still_waiting, closed;
   for (const std::string& k : ready_) {
     Pending& p = pending_.at(k);
-    const RequestMeta first = p.by_rank.begin()->second;
-    if (first.group.empty()) {
-      singles.push_back(build(k, p));
+    if (p.by_rank.begin()->second.group.empty()) {
+      if (!completed_by_speculation(p)) singles.push_back(build(k, p));
       pending_.erase(k);
+      closed.push_back(k);
       continue;
     }
-    if (ready_members[first.group] < first.group_size) {
+    // Copied: building erases the pending entry that holds them.
+    const std::string group = p.by_rank.begin()->second.group;
+    const int32_t group_size = p.by_rank.begin()->second.group_size;
+    if (ready_members[group] < group_size) {
       still_waiting.push_back(k);
       continue;
     }
-    auto& g = groups[first.group];
+    auto& g = groups[group];
     g.push_back(build(k, p));
     pending_.erase(k);
-    if (static_cast<int32_t>(g.size()) < first.group_size) continue;
+    closed.push_back(k);
+    if (static_cast<int32_t>(g.size()) < group_size) continue;
     // Members fuse together whatever the threshold: that is what grouping promises.
     Response merged = std::move(g[0]);
     for (size_t j = 1; j < g.size(); ++j) {
       if (!g[j].error.empty() && merged.error.empty()) merged.error = g[j].error;
       if (g[j].dtype != merged.dtype && merged.error.empty())
-        merged.error = "grouped_allreduce '" + first.group + "' mixes data types " +
+        merged.error = "grouped_allreduce '" + group + "' mixes data types " +
                        dtype_name(merged.dtype) + " and " + dtype_name(g[j].dtype) +
                        "; group tensors of one dtype";
       merged.names.insert(merged.names.end(), g[j].names.begin(), g[j].names.end());
@@ -361,9 +409,10 @@ std::vector<Response> Coordinator::take_ready() {
       merged.all_cached = merged.all_cached && g[j].all_cached;
     }
     singles.push_back(std::move(merged));
-    groups.erase(first.group);
+    groups.erase(group);
   }
   ready_ = still_waiting;
+  if (!deferred_.empty()) replay_deferred(closed);  // ready again: the next take_ready serves them
   fuse(singles, &out);
   for (auto& j : join_responses_) out.push_back(std::move(j));
   join_responses_.clear();
@@ -392,6 +441,7 @@ void Coordinator::check_stalls(std::vector<Response>* errors) {
       r.error = std::string(op_type_name(first.type)) + " of '" + first.name + "' stalled for " +
                 std::to_string(static_cast<int>(waited)) + " s: ranks " + ranks_text(missing) +
                 " never submitted it (HOROVOD_STALL_SHUTDOWN_TIME_SECONDS)";
+      note_presend(p, &r);
       errors->push_back(r);
       expired.push_back(k);
       continue;
@@ -412,6 +462,7 @@ void Coordinator::check_stalls(std::vector<Response>* errors) {
     pending_.erase(k);
     ready_.erase(std::remove(ready_.begin(), ready_.end(), k), ready_.end());
   }
+  if (!deferred_.empty()) replay_deferred(expired);
 }
 
 }  // namespace hs

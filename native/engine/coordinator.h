@@ -19,7 +19,9 @@ class Coordinator {
  public:
   Coordinator(int size, const Config& cfg);
   // A request from `rank`; cache_id >= 0 means the rank sent only the id of a cached request.
-  void add_request(int rank, const RequestMeta& meta, int32_t cache_id);
+  // spec_seq >= 0: the rank already sent its input to every peer (speculative small allreduce)
+  // as its op number spec_seq; see Engine::try_speculate.
+  void add_request(int rank, const RequestMeta& meta, int32_t cache_id, int64_t spec_seq = -1);
   // Requests arriving as cache ids are resolved here (nullptr if unknown).
   const RequestMeta* cached_request(int32_t id) const;
   // Responses that became ready, in the order every rank must execute them.
@@ -33,12 +35,17 @@ class Coordinator {
   struct Pending {
     std::map<int, RequestMeta> by_rank;
     std::map<int, int32_t> cache_ids;
+    std::map<int, int64_t> spec_seq;  // ranks that sent their input early, with their op number
     std::chrono::steady_clock::time_point first_seen, last_warned;
     bool queued = false;  // already in ready_
   };
   std::string key(const RequestMeta& m) const;
   bool complete(const Pending& p, int32_t ps) const;
   Response build(const std::string& key, Pending& p);
+  Response build_response(const std::string& key, Pending& p);
+  // Every rank of the set sent its input early as the same op: each completes on its own.
+  bool completed_by_speculation(const Pending& p) const;
+  void note_presend(const Pending& p, Response* r) const;
   void validate(const Pending& p, const std::vector<int32_t>& ranks, Response* out);
   void mark_ready_if_complete(const std::string& key);
   void handle_join(int rank);
@@ -47,6 +54,17 @@ class Coordinator {
   int size_;
   Config cfg_;
   std::map<std::string, Pending> pending_;
+  // A rank that finished a round on its own (speculative allreduce) may submit the same tensor's
+  // next round before this coordinator has closed the previous one: held here, in order, until
+  // that round leaves pending_.
+  struct Deferred {
+    int rank;
+    RequestMeta meta;
+    int32_t cache_id;
+    int64_t spec_seq;
+  };
+  std::map<std::string, std::vector<Deferred>> deferred_;
+  void replay_deferred(const std::vector<std::string>& keys);
   std::vector<std::string> ready_;  // keys whose every rank has submitted, in completion order
   std::set<int> joined_;
   int last_joined_ = -1;

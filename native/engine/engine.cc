@@ -6,12 +6,17 @@
 #include <chrono>
 #include <cstdio>
 
+#include "collectives/collectives.h"
+#include "collectives/tuning.h"
 #include "common/errors.h"
+#include "common/reduce.h"
 #include "transport/mpi_group.h"
 
 namespace hs {
 
 namespace {
+// Every control message starts with its kind.
+enum MessageKind : uint8_t { kRequests = 1, kResponses = 2, kSpeculation = 3 };
 enum RequestTag : uint8_t { kFullRequest = 0, kCachedRequest = 1 };
 enum ResponseTag : uint8_t { kFullResponse = 0, kCachedResponses = 1 };
 constexpr int kSpinRoundsBeforeSleep = 2000;
@@ -46,6 +51,7 @@ void Engine::start(const std::vector<PeerAddress>& peers, const std::string& job
   opt.disable_shm = cfg_.shm_disable;
   transport_.connect(peers, opt);
   groups_[0] = make_group(process_sets_[0]);
+  peer_specs_.assign(size_, {});
   if (rank_ == 0) coordinator_.reset(new Coordinator(size_, cfg_));
   if (rank_ == 0 && !cfg_.timeline_path.empty())
     timeline_.start(cfg_.timeline_path, cfg_.timeline_mark_cycles);
@@ -71,7 +77,7 @@ void Engine::shutdown() {
   transport_.close();
 }
 
-int64_t Engine::enqueue(TensorRequest req) {
+int64_t Engine::enqueue(TensorRequest req, bool wake_engine_thread) {
   req.handle = handles_.create();
   req.enqueued_us = Timeline::now_us();
   std::string err;
@@ -107,7 +113,7 @@ int64_t Engine::enqueue(TensorRequest req) {
   if (!err.empty()) {
     handles_.fail(req.handle, failed_.empty() ? HandleError::kCollective : HandleError::kInternal,
                   err);
-  } else {
+  } else if (wake_engine_thread) {
     transport_.notify_self();
   }
   return req.handle;
@@ -135,6 +141,7 @@ bool Engine::progress_once() {
     progress |= transport_.progress_control();
     progress |= take_local_requests();
     progress |= rank_ == 0 ? coordinate() : receive_responses();
+    progress |= complete_speculation();
     progress |= transport_.progress_control();
     check_health(rank_ == 0);
   } catch (const TransportError& e) {
@@ -182,11 +189,22 @@ bool Engine::wait(int64_t handle, double timeout_s) {
   // Most waits in a batch find their handle already done (one fused response completes many):
   // answer those without touching the engine or waking its thread.
   if (handles_.poll(handle)) return true;
+  waiters_driving_++;
+  return drive_until_done(handle, timeout_s);
+}
+
+bool Engine::run(TensorRequest req, double timeout_s, int64_t* handle) {
+  req.caller_waits = true;
+  waiters_driving_++;  // before the request exists, so the engine thread never takes it
+  *handle = enqueue(std::move(req), false);
+  return drive_until_done(*handle, timeout_s);
+}
+
+bool Engine::drive_until_done(int64_t handle, double timeout_s) {
   auto start = std::chrono::steady_clock::now();
   auto left_s = [&] {
     return timeout_s - std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   };
-  waiters_driving_++;
   int idle = 0;
   int64_t idle_since = 0;
   bool done = false;
@@ -222,6 +240,7 @@ bool Engine::wait(int64_t handle, double timeout_s) {
 }
 
 bool Engine::take_local_requests() {
+  if (spec_.active) return false;  // see Speculation: nothing may overtake the early-sent input
   std::vector<TensorRequest> batch;
   {
     std::lock_guard<std::mutex> l(queue_mu_);
@@ -229,7 +248,23 @@ bool Engine::take_local_requests() {
     batch.swap(queue_);
   }
   WireWriter w;
+  w.put<uint8_t>(kRequests);
   w.put<uint32_t>(static_cast<uint32_t>(batch.size()));
+  if (batch.size() == 1 && batch[0].caller_waits && !my_cache_.empty()) {
+    auto it = my_cache_.find(batch[0].meta.signature());
+    if (it != my_cache_.end() && try_speculate(batch[0], it->second)) {
+      TensorRequest& req = batch[0];
+      std::string key = key_of(req.meta.process_set, req.meta.name);
+      if (timeline_.active()) {
+        timeline_.begin(req.meta.name, "QUEUE", req.enqueued_us);
+        timeline_.end(req.meta.name);
+        timeline_.begin(req.meta.name, std::string("NEGOTIATE_") + op_type_name(req.meta.type));
+      }
+      stats_.requests_cached++;
+      entries_[key] = std::move(req);
+      return true;
+    }
+  }
   for (auto& req : batch) {
     const RequestMeta& m = req.meta;
     std::string key = key_of(m.process_set, m.name);
@@ -259,6 +294,92 @@ bool Engine::take_local_requests() {
   return true;
 }
 
+bool Engine::try_speculate(const TensorRequest& req, int32_t cache_id) {
+  const RequestMeta& m = req.meta;
+  if (!cfg_.speculative_allreduce || mpi_comm_ || size_ < 2 || spec_.active || !entries_.empty())
+    return false;
+  if (m.type != OpType::kAllreduce || m.process_set != 0 || !m.group.empty() ||
+      m.prescale != 1.0 || m.op == ReduceOp::kAdasum)
+    return false;
+  size_t bytes = static_cast<size_t>(m.num_elements()) * dtype_size(m.dtype);
+  if (bytes == 0 || bytes > tuning::kDirectReduceBytes || !transport_.can_send_unread(bytes))
+    return false;
+  {
+    std::lock_guard<std::mutex> l(queue_mu_);
+    if (!gone_.empty()) return false;
+  }
+  spec_.active = true;
+  spec_.key = key_of(m.process_set, m.name);
+  spec_.cache_id = cache_id;
+  spec_.seq = op_seq_;
+  WireWriter w;
+  w.put<uint8_t>(kSpeculation);
+  w.put<int32_t>(cache_id);
+  w.put<int64_t>(op_seq_);
+  std::string note = w.take();
+  for (int p = 0; p < size_; ++p)
+    if (p != rank_) transport_.post_control(p, note);
+  transport_.progress_control();
+  if (rank_ == 0) coordinator_->add_request(0, m, cache_id, op_seq_);
+  stats_.speculative_sent++;
+  allreduce_send_input(*groups_[0], req.in, bytes);
+  return true;
+}
+
+void Engine::note_speculation(int peer, WireReader& r) {
+  int32_t id = r.get<int32_t>();
+  int64_t seq = r.get<int64_t>();
+  auto& q = peer_specs_[peer];
+  q.emplace_back(id, seq);
+  // Notes for ops this rank has already executed through a response are of no further use.
+  while (!q.empty() && q.front().second < op_seq_ && !(spec_.active && q.front().second >= spec_.seq))
+    q.pop_front();
+  if (rank_ == 0) {
+    const RequestMeta* m = coordinator_->cached_request(id);
+    if (!m) throw std::runtime_error("rank " + std::to_string(peer) + " sent unknown cache id");
+    coordinator_->add_request(peer, *m, id, seq);
+  }
+}
+
+bool Engine::complete_speculation() {
+  if (!spec_.active) return false;
+  for (int p = 0; p < size_; ++p) {
+    if (p == rank_) continue;
+    auto& q = peer_specs_[p];
+    while (!q.empty() && q.front().second < spec_.seq) q.pop_front();
+    if (q.empty() || q.front().first != spec_.cache_id || q.front().second != spec_.seq)
+      return false;
+  }
+  // Every rank sent this same op's input early, so the coordinator answers nothing: finish here.
+  for (int p = 0; p < size_; ++p)
+    if (p != rank_) peer_specs_[p].pop_front();
+  spec_.active = false;
+  op_seq_++;
+  auto it = entries_.find(spec_.key);
+  if (it == entries_.end()) return true;
+  const RequestMeta& m = it->second.meta;
+  Group& g = *groups_[0];
+  size_t n = static_cast<size_t>(m.num_elements());
+  ReduceOp op = m.op == ReduceOp::kAverage ? ReduceOp::kSum : m.op;
+  double post = m.postscale * (m.op == ReduceOp::kAverage ? 1.0 / g.size() : 1.0);
+  if (timeline_.active()) {
+    timeline_.end(m.name);
+    timeline_.begin(m.name, "ALLREDUCE");
+    timeline_.begin(m.name, "COLLECTIVE");
+  }
+  try {
+    allreduce_after_send(g, it->second.in, it->second.out, n, m.dtype, op);
+    scale_buffer(it->second.out, n, m.dtype, post);
+    if (timeline_.active()) timeline_.end(m.name);
+  } catch (const CollectiveError& e) {
+    fail_entry(spec_.key, HandleError::kCollective, e.what());
+    return true;
+  }
+  stats_.speculative_done++;
+  finish(spec_.key, HandleResult{});
+  return true;
+}
+
 bool Engine::coordinate() {
   bool progress = false;
   std::string msg;
@@ -266,6 +387,10 @@ bool Engine::coordinate() {
     while (transport_.pop_control(p, &msg)) {
       progress = true;
       WireReader r(msg);
+      if (r.get<uint8_t>() == kSpeculation) {
+        note_speculation(p, r);
+        continue;
+      }
       uint32_t n = r.get<uint32_t>();
       for (uint32_t i = 0; i < n; ++i) {
         if (r.get<uint8_t>() == kCachedRequest) {
@@ -288,6 +413,7 @@ bool Engine::coordinate() {
   if (responses.empty()) return progress;
   timeline_.mark_cycle();
   WireWriter w;
+  w.put<uint8_t>(kResponses);
   w.put<uint32_t>(static_cast<uint32_t>(responses.size()));
   for (const Response& resp : responses) {
     if (resp.all_cached) {
@@ -308,9 +434,23 @@ bool Engine::coordinate() {
 bool Engine::receive_responses() {
   bool progress = false;
   std::string msg;
+  // Other ranks send only speculation notes here; rank 0 sends those and the responses.
+  for (int p = 1; p < size_; ++p) {
+    if (p == rank_) continue;
+    while (transport_.pop_control(p, &msg)) {
+      progress = true;
+      WireReader r(msg);
+      if (r.get<uint8_t>() != kSpeculation) throw std::runtime_error("unexpected control message");
+      note_speculation(p, r);
+    }
+  }
   while (transport_.pop_control(0, &msg)) {
     progress = true;
     WireReader r(msg);
+    if (r.get<uint8_t>() == kSpeculation) {
+      note_speculation(0, r);
+      continue;
+    }
     uint32_t n = r.get<uint32_t>();
     for (uint32_t i = 0; i < n; ++i) {
       if (r.get<uint8_t>() == kCachedResponses) {
@@ -382,6 +522,7 @@ void Engine::finish(const std::string& key_ref, HandleResult result) {
 
 void Engine::fail_entry(const std::string& key_ref, HandleError kind, const std::string& msg) {
   const std::string key = key_ref;  // key_ref may live inside the entry erased below
+  if (spec_.active && spec_.key == key) spec_.active = false;  // e.g. a peer left mid-way
   auto it = entries_.find(key);
   if (it == entries_.end()) return;
   int64_t handle = it->second.handle;

@@ -5,6 +5,7 @@
 #pragma once
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -29,6 +30,7 @@ struct TensorRequest {
   void* out = nullptr;
   int64_t handle = 0;
   int64_t enqueued_us = 0;
+  bool caller_waits = false;  // submitted through run(): nothing else from that thread meanwhile
 };
 
 class Engine {
@@ -51,10 +53,13 @@ class Engine {
   // Waits for a handle; the waiting thread drives the engine itself while it is free, which
   // saves two thread hand-offs per small collective. False on timeout (< 0: no limit).
   bool wait(int64_t handle, double timeout_s);
+  // enqueue() then wait() for a caller that blocks at once: the engine thread stays parked from
+  // the start instead of picking the request up and handing it back. *handle is set either way.
+  bool run(TensorRequest req, double timeout_s, int64_t* handle);
 
   // Returns a handle; errors that need no negotiation (unknown process set, duplicate name,
   // engine failed) complete the handle at once.
-  int64_t enqueue(TensorRequest req);
+  int64_t enqueue(TensorRequest req, bool wake_engine_thread = true);
   HandleTable& handles() { return handles_; }
   bool process_set_ranks(int32_t id, std::vector<int32_t>* ranks);
   std::vector<int32_t> process_set_ids();
@@ -68,6 +73,8 @@ class Engine {
     std::atomic<int64_t> responses{0};         // responses executed
     std::atomic<int64_t> responses_cached{0};  // ... that arrived as cache ids (no re-validation)
     std::atomic<int64_t> fused_tensors{0};     // tensors that travelled in a fused response
+    std::atomic<int64_t> speculative_sent{0};  // small allreduces whose input left before negotiation
+    std::atomic<int64_t> speculative_done{0};  // ... that then completed with no response at all
   };
   Stats& stats() { return stats_; }
 
@@ -75,6 +82,7 @@ class Engine {
   void loop();
   std::unique_ptr<Group> make_group(const std::vector<int32_t>& ranks);
   bool progress_once();  // one engine pass under progress_mu_; false when nothing moved
+  bool drive_until_done(int64_t handle, double timeout_s);  // wait() with waiters_driving_ held
   bool take_local_requests();
   bool coordinate();
   bool receive_responses();
@@ -86,6 +94,9 @@ class Engine {
   void execute_alltoall(const Response& r, Group& g);
   void execute_reducescatter(const Response& r, Group& g);
   void remember_cacheable(const Response& r);
+  bool try_speculate(const TensorRequest& req, int32_t cache_id);
+  void note_speculation(int peer, WireReader& r);
+  bool complete_speculation();
   void finish(const std::string& key, HandleResult result);
   void fail_entry(const std::string& key, HandleError kind, const std::string& msg);
   void fatal(const std::string& msg);
@@ -122,6 +133,25 @@ class Engine {
   std::unordered_map<std::string, int32_t> my_cache_;       // request signature -> cache id
   std::unordered_map<int32_t, Response> cached_responses_;  // cache id -> single response
   std::vector<uint8_t> fusion_buffer_;
+  // Speculative small allreduce. A rank with nothing else in flight whose caller blocks on a
+  // cached, small, global allreduce (run()) sends its input to every peer at once and tells every
+  // peer (rank 0 included, for whom it is the request) "cache id X as my op number S". Until X
+  // completes, the rank sends no other request (other threads' requests wait in the queue), so
+  // the coordinator cannot order anything of this rank's before X, whose data is already on
+  // its way. When every rank said
+  // the same X and S, each one reduces on its own and the coordinator answers nothing: one hop
+  // instead of request, response and data. Otherwise the coordinator's response lists who sent
+  // early (Response::presend). S counts executed global-set responses plus speculative
+  // completions, which is the same on every rank at the same point of a consistent program.
+  struct Speculation {
+    bool active = false;
+    std::string key;
+    int32_t cache_id = -1;
+    int64_t seq = -1;
+  };
+  Speculation spec_;
+  std::vector<std::deque<std::pair<int32_t, int64_t>>> peer_specs_;  // (cache id, op number) by peer
+  int64_t op_seq_ = 0;
   int64_t last_health_check_us_ = 0, last_stall_check_us_ = 0;
   Stats stats_;
 };

@@ -32,6 +32,8 @@ void Engine::remember_cacheable(const Response& r) {
     single.shapes = {r.shapes[i]};
     single.cache_ids = {id};
     single.all_cached = false;
+    single.presend.clear();  // who sent early belongs to that one round, not to the cache
+    single.presend_bytes.clear();
     cached_responses_[id] = single;
     auto it = entries_.find(key_of(r.process_set, r.names[i]));
     if (it != entries_.end()) my_cache_[it->second.meta.signature()] = id;
@@ -39,6 +41,13 @@ void Engine::remember_cacheable(const Response& r) {
 }
 
 void Engine::execute(const Response& r) {
+  // Only the global set counts: every rank takes part in each of its ops, so a rank with nothing
+  // in flight has executed exactly the same ones as every other such rank. Responses for other
+  // sets reach non-members whenever they arrive, which would make the count drift.
+  if (r.process_set == 0) op_seq_++;
+  if (spec_.active)
+    for (const auto& n : r.names)
+      if (spec_.key == key_of(r.process_set, n)) spec_.active = false;  // answered the slow way
   stats_.responses++;
   if (r.all_cached) stats_.responses_cached++;
   if (r.names.size() > 1) stats_.fused_tensors += static_cast<int64_t>(r.names.size());
@@ -64,14 +73,22 @@ void Engine::execute(const Response& r) {
     res.value = r.value;
     return finish(key, std::move(res));
   }
+  // Remembered even by ranks outside the process set: later compact (all-cached) responses name
+  // it by cache id, and every rank must be able to decode them.
+  if (r.error.empty()) remember_cacheable(r);
   auto git = groups_.find(r.process_set);
   if (git == groups_.end()) return;  // not a member: nothing of ours is in it
   if (!r.error.empty()) {
+    // Inputs sent early for this failed collective are still in the links: drain them, or the
+    // next collective would read them as its own data.
+    Group& g = *git->second;
+    for (size_t i = 0; i < r.presend.size(); ++i)
+      if (r.presend[i] != rank_)
+        discard_sent_input(g, r.presend[i], static_cast<size_t>(r.presend_bytes[i]));
     for (const auto& n : r.names)
       fail_entry(key_of(r.process_set, n), HandleError::kCollective, r.error);
     return;
   }
-  remember_cacheable(r);
   if (timeline_.active())
     for (const auto& n : r.names) {
       timeline_.end(n);
@@ -118,7 +135,10 @@ void Engine::execute_allreduce(const Response& r, Group& g) {
       in = out;
     }
     if (timeline_.active()) timeline_.begin(first, "COLLECTIVE");
-    allreduce(g, in, out, n, r.dtype, op);
+    if (std::find(r.presend.begin(), r.presend.end(), rank_) != r.presend.end())
+      allreduce_after_send(g, in, out, n, r.dtype, op);
+    else
+      allreduce(g, in, out, n, r.dtype, op);
     scale_buffer(out, n, r.dtype, post);
     if (timeline_.active()) timeline_.end(first);
     return finish(entry->first, HandleResult{});

@@ -84,6 +84,8 @@ void Response::write(WireWriter& w) const {
   w.put_vec(ranks);
   w.put<int32_t>(value);
   w.put_vec(cache_ids);
+  w.put_vec(presend);
+  w.put_vec(presend_bytes);
 }
 
 Response Response::read(WireReader& r) {
@@ -104,6 +106,8 @@ Response Response::read(WireReader& r) {
   x.ranks = r.get_vec<int32_t>();
   x.value = r.get<int32_t>();
   x.cache_ids = r.get_vec<int32_t>();
+  x.presend = r.get_vec<int32_t>();
+  x.presend_bytes = r.get_vec<int64_t>();
   return x;
 }
 

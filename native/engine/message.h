@@ -48,6 +48,11 @@ struct Response {
   std::vector<int32_t> ranks;      // process set membership, or ranks that joined
   int32_t value = 0;               // new process set id; last joined rank
   std::vector<int32_t> cache_ids;  // per tensor: >= 0 => ranks cache it under that id
+  // Ranks that sent their input ahead of negotiation (speculative small allreduce, single tensor)
+  // and how many bytes each sent: they skip sending it again, and on an error every other rank
+  // drains those bytes so the links stay in step.
+  std::vector<int32_t> presend;
+  std::vector<int64_t> presend_bytes;
   bool all_cached = false;         // not sent: every part was a cache hit (compact encoding)
   size_t tensor_bytes(size_t i) const;
   void write(WireWriter& w) const;

@@ -62,10 +62,11 @@ void shutdown() {
   }
 }
 
-int64_t enqueue(int type, const std::string& name, uintptr_t in_ptr, uintptr_t out_ptr, int dtype,
-                const std::vector<int64_t>& shape, int root, int op, double prescale,
-                double postscale, int process_set, const std::string& group, int group_size,
-                const std::vector<int64_t>& splits) {
+TensorRequest make_request(int type, const std::string& name, uintptr_t in_ptr, uintptr_t out_ptr,
+                           int dtype, const std::vector<int64_t>& shape, int root, int op,
+                           double prescale, double postscale, int process_set,
+                           const std::string& group, int group_size,
+                           const std::vector<int64_t>& splits) {
   if (dtype < 0 || dtype >= kNumDataTypes) throw std::invalid_argument("unknown dtype code");
   for (int64_t d : shape)
     if (d < 0) throw std::invalid_argument("negative dimension in shape of '" + name + "'");
@@ -84,7 +85,15 @@ int64_t enqueue(int type, const std::string& name, uintptr_t in_ptr, uintptr_t o
   req.meta.splits = splits;
   req.in = reinterpret_cast<const void*>(in_ptr);
   req.out = reinterpret_cast<void*>(out_ptr);
-  return engine().enqueue(std::move(req));
+  return req;
+}
+
+int64_t enqueue(int type, const std::string& name, uintptr_t in_ptr, uintptr_t out_ptr, int dtype,
+                const std::vector<int64_t>& shape, int root, int op, double prescale,
+                double postscale, int process_set, const std::string& group, int group_size,
+                const std::vector<int64_t>& splits) {
+  return engine().enqueue(make_request(type, name, in_ptr, out_ptr, dtype, shape, root, op, prescale,
+                                       postscale, process_set, group, group_size, splits));
 }
 
 // Returns (error_kind, message, data, shape, splits, value); data is a numpy uint8 array that owns
@@ -125,6 +134,25 @@ PYBIND11_MODULE(_core, m) {
     return e.wait(h, timeout);
   });
   m.def("take", &take);
+  // enqueue + wait_take for a caller that blocks at once (synchronous collectives): what wait_take
+  // returns, or on timeout the handle (an int) to go on waiting for.
+  m.def("run", [](int type, const std::string& name, uintptr_t in_ptr, uintptr_t out_ptr, int dtype,
+                  const std::vector<int64_t>& shape, int root, int op, double prescale,
+                  double postscale, int process_set, const std::string& group, int group_size,
+                  const std::vector<int64_t>& splits, double timeout) -> py::object {
+    TensorRequest req = make_request(type, name, in_ptr, out_ptr, dtype, shape, root, op, prescale,
+                                     postscale, process_set, group, group_size, splits);
+    Engine& e = engine();
+    int64_t h = 0;
+    bool done;
+    {
+      py::gil_scoped_release nogil;
+      done = e.run(std::move(req), timeout, &h);
+    }
+    if (!done) return py::int_(h);
+    if (e.handles().take_if_plain(h)) return py::bool_(true);
+    return take(h);
+  });
   // wait + take in one call (None on timeout): halves the binding overhead per handle.
   m.def("wait_take", [](int64_t h, double timeout) -> py::object {
     Engine& e = engine();
@@ -155,6 +183,8 @@ PYBIND11_MODULE(_core, m) {
     d["responses"] = s.responses.load();
     d["responses_cached"] = s.responses_cached.load();
     d["fused_tensors"] = s.fused_tensors.load();
+    d["speculative_sent"] = s.speculative_sent.load();
+    d["speculative_done"] = s.speculative_done.load();
     return d;
   });
   m.def("config", [] {
@@ -172,6 +202,7 @@ PYBIND11_MODULE(_core, m) {
     d["start_timeout_seconds"] = c.start_timeout_seconds;
     d["shm_disable"] = c.shm_disable;
     d["shm_ring_bytes"] = c.shm_ring_bytes;
+    d["speculative_allreduce"] = c.speculative_allreduce;
     return d;
   });
   py::register_exception<TransportError>(m, "TransportError", PyExc_RuntimeError);

@@ -135,6 +135,7 @@ void Transport::setup_shared_memory(const std::vector<PeerAddress>& peers,
   while (data_bytes > (64 << 10) &&
          data_bytes * local_size_ * (local_size_ - 1) > (size_t(512) << 20))
     data_bytes /= 2;
+  shm_data_ring_bytes_ = data_bytes;
   size_t ctrl_bytes = opt.shm_ctrl_ring_bytes;
   std::string name = "/hs-" + opt.job_token.substr(0, 16) + "-" + std::to_string(creator) + "-" +
                      std::to_string(peers[creator].port);

@@ -45,6 +45,11 @@ class Transport {
   // More ranks on this host than CPUs this process may run on: waiting then yields the CPU at
   // once instead of spinning, since the rank being waited for may need this very core.
   bool oversubscribed() const { return oversubscribed_; }
+  // True when every peer is reached through shared memory whose data rings hold at least
+  // `bytes` with room to spare: a send of that size then completes without the peer reading.
+  bool can_send_unread(size_t bytes) const {
+    return local_size_ == size_ && size_ > 1 && bytes * 4 <= shm_data_ring_bytes_;
+  }
 
   // Point-to-point transfers between global ranks (see Group::exchange).
   void exchange(const std::vector<SendSpec>& sends, const std::vector<RecvSpec>& recvs);
@@ -96,6 +101,7 @@ class Transport {
   TransportOptions opt_;
   bool closed_ = false;
   bool oversubscribed_ = false;
+  size_t shm_data_ring_bytes_ = 0;
 };
 
 // CPUs the calling process may run on (its affinity mask), at least 1.

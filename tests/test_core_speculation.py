@@ -1,0 +1,190 @@
+"""The speculative small allreduce (native/engine/engine.h, Engine::Speculation).
+
+A rank with nothing else in flight sends a small cached allreduce's input to every peer before
+negotiation; when every rank did so for the same op, each finishes it alone, with no response.
+These tests run real ranks through the cases where that could go wrong: ranks out of step,
+some ranks speculating and others not, a mismatch after inputs already went out, join, and
+process sets that only some ranks belong to.
+"""
+import pytest
+
+from horovod_spark.common.exceptions import HorovodCollectiveError  # noqa: F401  (used on ranks)
+from horovod_spark.runner.local import run_local
+
+TIMEOUT = 150
+
+
+def _repeat_one_tensor(iterations):
+    import numpy as np
+    from horovod_spark.common import _core, basics, ops
+
+    basics.init()
+    r, n = basics.rank(), basics.size()
+    x = np.empty(1024, np.float32)
+    wrong = 0
+    before = _core.stats()
+    for i in range(iterations):
+        x[:] = r + i
+        ops.allreduce("loss", x.ctypes.data, x.ctypes.data, "float32", x.shape, ops.Average)
+        wrong += int(not np.all(x == np.float32(sum(q + i for q in range(n)) / n)))
+    after = _core.stats()
+    basics.shutdown()
+    return wrong, {k: after[k] - before[k] for k in ("speculative_sent", "speculative_done", "responses")}
+
+
+def test_a_repeated_small_allreduce_completes_without_responses():
+    results = run_local(_repeat_one_tensor, args=(300,), num_proc=3, timeout=TIMEOUT)
+    for wrong, stats in results:
+        assert wrong == 0
+        # The first round negotiates (and fills the cache); after it ranks go ahead on their own,
+        # except where one rank was still busy with the previous round.
+        assert stats["speculative_sent"] >= 250, stats
+        assert stats["speculative_done"] >= 200, stats
+        assert stats["responses"] <= 100, stats
+
+
+def test_speculation_can_be_turned_off():
+    results = run_local(_repeat_one_tensor, args=(50,), num_proc=2, timeout=TIMEOUT,
+                        env={"HOROVOD_SPECULATIVE_ALLREDUCE": "0"})
+    for wrong, stats in results:
+        assert wrong == 0
+        assert stats["speculative_sent"] == 0 and stats["responses"] == 50, stats
+
+
+def _random_program(seed, steps):
+    """The same random program on every rank, with per-rank random delays so that ranks drift
+    in and out of step: synchronous and asynchronous small allreduces (speculation-eligible or
+    not), a large one, broadcasts, allgathers and a process set that rank 1 is not in."""
+    import random
+    import time
+
+    import numpy as np
+    from horovod_spark.common import _core, basics, ops, process_sets
+
+    basics.init()
+    r, n = basics.rank(), basics.size()
+    program = random.Random(seed)
+    jitter = random.Random(seed * 1000 + r)
+    ps = process_sets.add_process_set([0, 2])
+    shapes = {"a": (1000,), "b": (3,), "c": (17, 2), "big": (40000,)}  # big: 160 KB, never early
+    failures = []
+
+    def value(name, step, rank):  # the same on every rank (str hashes are salted per process)
+        return float((sum(map(ord, name)) * 31 + step * 7 + rank * 13) % 1000) / 8.0
+
+    def check(what, got, want):
+        if not np.allclose(got, want, rtol=1e-5):
+            failures.append("step %d %s: got %r want %r" % (step, what, got.ravel()[:3], np.ravel(want)[:3]))
+
+    for step in range(steps):
+        if jitter.random() < 0.3:
+            time.sleep(jitter.random() * 0.0005)
+        kind = program.random()
+        if kind < 0.45:  # one synchronous allreduce
+            name = program.choice(["a", "b", "c", "big"])
+            op = program.choice([ops.Sum, ops.Average, ops.Max])
+            x = np.full(shapes[name], value(name, step, r), np.float64)
+            ops.allreduce(name, x.ctypes.data, x.ctypes.data, "float64", x.shape, op)
+            parts = [value(name, step, q) for q in range(n)]
+            want = {ops.Sum: sum(parts), ops.Average: sum(parts) / n, ops.Max: max(parts)}[op]
+            check(name, x, want)
+        elif kind < 0.65:  # a batch of asynchronous ones, waited in reverse
+            names = program.sample(["a", "b", "c"], program.randint(1, 3))
+            bufs = {nm: np.full(shapes[nm], value(nm, step, r), np.float64) for nm in names}
+            hs = [ops.allreduce_async(nm, b.ctypes.data, b.ctypes.data, "float64", b.shape, ops.Sum)
+                  for nm, b in bufs.items()]
+            for h in reversed(hs):
+                ops.wait(h)
+            for nm, b in bufs.items():
+                check(nm, b, sum(value(nm, step, q) for q in range(n)))
+        elif kind < 0.75:
+            root = program.randrange(n)
+            x = np.full(5, value("bc", step, r), np.float32)
+            ops.wait(ops.broadcast_async("bc", x.ctypes.data, x.ctypes.data, "float32", x.shape, root))
+            check("broadcast", x, np.float32(value("bc", step, root)))
+        elif kind < 0.85:
+            x = np.full((r + 1, 2), value("ag", step, r), np.float32)
+            data, shape = ops.wait(ops.allgather_async("ag", x.ctypes.data, "float32", x.shape))
+            got = np.frombuffer(data, np.float32).reshape(shape)
+            want = np.concatenate([np.full((q + 1, 2), value("ag", step, q), np.float32) for q in range(n)])
+            check("allgather", got, want)
+        else:  # process set {0, 2}: rank 1 sees the response go by and keeps going
+            if r in (0, 2):
+                x = np.full(8, value("ps", step, r), np.float64)
+                ops.allreduce("ps.x", x.ctypes.data, x.ctypes.data, "float64", x.shape, ops.Sum,
+                              process_set_id=ps.process_set_id)
+                check("process set", x, value("ps", step, 0) + value("ps", step, 2))
+    stats = _core.stats()
+    process_sets.remove_process_set(ps)
+    basics.shutdown()
+    return failures, stats["speculative_sent"], stats["speculative_done"]
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_random_programs_with_drifting_ranks_give_exact_results(seed):
+    results = run_local(_random_program, args=(seed, 400), num_proc=3, timeout=TIMEOUT)
+    for failures, sent, done in results:
+        assert failures == []
+        assert sent > 0  # the program did exercise the speculative path
+    assert sum(done for _, _, done in results) > 0
+
+
+def _mismatch_after_early_send():
+    import numpy as np
+    from horovod_spark.common import basics, ops
+    from horovod_spark.common.exceptions import HorovodCollectiveError
+
+    basics.init()
+    r, n = basics.rank(), basics.size()
+    x = np.ones(100, np.float32)
+    for _ in range(20):  # cached and going ahead on its own
+        ops.allreduce("m", x.ctypes.data, x.ctypes.data, "float32", x.shape, ops.Average)
+    # Rank 1 changes the shape: its request misses the cache, the others already sent their input.
+    bad = np.ones(101 if r == 1 else 100, np.float32)
+    error = None
+    try:
+        ops.allreduce("m", bad.ctypes.data, bad.ctypes.data, "float32", bad.shape, ops.Sum)
+    except HorovodCollectiveError as exc:
+        error = str(exc)
+    # The links must carry nothing stale afterwards: these results are exact.
+    results = []
+    for i in range(30):
+        y = np.full(100, float(r * 10 + i), np.float32)
+        ops.allreduce("m" if i % 2 else "after", y.ctypes.data, y.ctypes.data, "float32", y.shape, ops.Sum)
+        results.append(bool(np.all(y == sum(q * 10 + i for q in range(n)))))
+    basics.shutdown()
+    return error, all(results)
+
+
+def test_a_mismatch_after_inputs_went_out_fails_everywhere_and_leaves_the_links_clean():
+    results = run_local(_mismatch_after_early_send, num_proc=3, timeout=TIMEOUT)
+    for error, later_ok in results:
+        assert error is not None and "'m'" in error and "shape" in error, error
+        assert later_ok
+
+
+def _join_with_early_sends():
+    import numpy as np
+    from horovod_spark.common import basics, ops
+
+    basics.init()
+    r = basics.rank()
+    x = np.ones(64, np.float32)
+    for _ in range(10):
+        ops.allreduce("j", x.ctypes.data, x.ctypes.data, "float32", x.shape, ops.Sum)
+        x[:] = 1
+    extra = []
+    if r == 0:  # the others have joined: they contribute zeros
+        for _ in range(5):
+            ops.allreduce("j", x.ctypes.data, x.ctypes.data, "float32", x.shape, ops.Sum)
+            extra.append(float(x[0]))
+            x[:] = 1
+    last = ops.wait(ops.join_async())
+    basics.shutdown()
+    return extra, last
+
+
+def test_join_while_a_rank_keeps_sending_early():
+    results = run_local(_join_with_early_sends, num_proc=3, timeout=TIMEOUT)
+    assert results[0] == ([1.0] * 5, 0)
+    assert [res[1] for res in results] == [0, 0, 0]
