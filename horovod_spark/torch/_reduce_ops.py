@@ -72,13 +72,15 @@ def allreduce_now(tensor, inplace, name, op, prescale_factor, postscale_factor, 
     """Blocking allreduce (``allreduce_`` / the forward of ``allreduce``): the result tensor.
     Contiguous tensors take one call into the core; others go through the async path."""
     dtype = _buffers.check_tensor(tensor)
-    if not tensor.is_contiguous():
+    code = core_op(op)
+    if not tensor.is_contiguous() or code == Adasum:  # (Adasum: the async path raises the error)
         return synchronize(_launch_allreduce(tensor, inplace, name, op, prescale_factor, postscale_factor,
                                              process_set))
     out = tensor if inplace else torch.empty_like(tensor, memory_format=torch.contiguous_format)
-    _core.allreduce(_handles.op_name("allreduce", name, process_set), tensor.data_ptr(), out.data_ptr(), dtype,
-                    tuple(tensor.shape), core_op(op), float(prescale_factor), float(postscale_factor),
-                    _handles.process_set_id(process_set))
+    core_name = "allreduce.%s" % name if name is not None else _handles.op_name("allreduce", None, process_set)
+    ps_id = 0 if process_set is global_process_set else _handles.process_set_id(process_set)
+    _core.allreduce_prechecked(core_name, tensor.data_ptr(), out.data_ptr(), _core.DTYPES[dtype],
+                               tuple(tensor.shape), code, float(prescale_factor), float(postscale_factor), ps_id)
     return out
 
 
