@@ -85,7 +85,8 @@ int64_t Engine::enqueue(TensorRequest req, bool wake_engine_thread) {
     std::lock_guard<std::mutex> l(queue_mu_);
     const RequestMeta& m = req.meta;
     auto ps = process_sets_.find(m.process_set);
-    std::string key = key_of(m.process_set, m.name);
+    req.key = key_of(m.process_set, m.name);
+    const std::string& key = req.key;
     if (!failed_.empty()) {
       err = failed_;
     } else if (ps == process_sets_.end()) {
@@ -251,10 +252,10 @@ bool Engine::take_local_requests() {
   w.put<uint8_t>(kRequests);
   w.put<uint32_t>(static_cast<uint32_t>(batch.size()));
   if (batch.size() == 1 && batch[0].caller_waits && !my_cache_.empty()) {
-    auto it = my_cache_.find(batch[0].meta.signature());
-    if (it != my_cache_.end() && try_speculate(batch[0], it->second)) {
+    int32_t id = cached_id(batch[0]);
+    if (id >= 0 && try_speculate(batch[0], id)) {
       TensorRequest& req = batch[0];
-      std::string key = key_of(req.meta.process_set, req.meta.name);
+      std::string key = req.key;
       if (timeline_.active()) {
         timeline_.begin(req.meta.name, "QUEUE", req.enqueued_us);
         timeline_.end(req.meta.name);
@@ -267,17 +268,13 @@ bool Engine::take_local_requests() {
   }
   for (auto& req : batch) {
     const RequestMeta& m = req.meta;
-    std::string key = key_of(m.process_set, m.name);
+    std::string key = req.key;
     if (timeline_.active()) {
       timeline_.begin(m.name, "QUEUE", req.enqueued_us);
       timeline_.end(m.name);
       timeline_.begin(m.name, std::string("NEGOTIATE_") + op_type_name(m.type));
     }
-    int32_t cache_id = -1;
-    if (!my_cache_.empty()) {
-      auto it = my_cache_.find(m.signature());
-      if (it != my_cache_.end()) cache_id = it->second;
-    }
+    int32_t cache_id = my_cache_.empty() ? -1 : cached_id(req);
     (cache_id >= 0 ? stats_.requests_cached : stats_.requests_full)++;
     if (rank_ == 0) {
       coordinator_->add_request(0, m, cache_id);
@@ -292,6 +289,14 @@ bool Engine::take_local_requests() {
   }
   if (rank_ != 0) transport_.post_control(0, w.take());
   return true;
+}
+
+int32_t Engine::cached_id(const TensorRequest& req) const {
+  auto it = my_cache_.find(req.key);
+  if (it == my_cache_.end()) return -1;
+  for (const KnownRequest& known : it->second)
+    if (known.meta.same_signature(req.meta)) return known.id;
+  return -1;
 }
 
 bool Engine::try_speculate(const TensorRequest& req, int32_t cache_id) {
@@ -309,7 +314,7 @@ bool Engine::try_speculate(const TensorRequest& req, int32_t cache_id) {
     if (!gone_.empty()) return false;
   }
   spec_.active = true;
-  spec_.key = key_of(m.process_set, m.name);
+  spec_.key = req.key;
   spec_.cache_id = cache_id;
   spec_.seq = op_seq_;
   WireWriter w;

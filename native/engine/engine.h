@@ -31,6 +31,7 @@ struct TensorRequest {
   int64_t handle = 0;
   int64_t enqueued_us = 0;
   bool caller_waits = false;  // submitted through run(): nothing else from that thread meanwhile
+  std::string key;            // "<process set>/<name>", set by enqueue()
 };
 
 class Engine {
@@ -130,7 +131,14 @@ class Engine {
   std::unordered_map<std::string, TensorRequest> entries_;
   std::map<int32_t, std::unique_ptr<Group>> groups_;
   uintptr_t mpi_comm_ = 0;
-  std::unordered_map<std::string, int32_t> my_cache_;       // request signature -> cache id
+  // Response-cache ids this rank knows, by tensor key; a few signatures per key (the same name
+  // used with different shapes or ops), compared field by field: no serialization per request.
+  struct KnownRequest {
+    RequestMeta meta;
+    int32_t id;
+  };
+  std::unordered_map<std::string, std::vector<KnownRequest>> my_cache_;
+  int32_t cached_id(const TensorRequest& req) const;
   std::unordered_map<int32_t, Response> cached_responses_;  // cache id -> single response
   std::vector<uint8_t> fusion_buffer_;
   // Speculative small allreduce. A rank with nothing else in flight whose caller blocks on a

@@ -36,7 +36,16 @@ void Engine::remember_cacheable(const Response& r) {
     single.presend_bytes.clear();
     cached_responses_[id] = single;
     auto it = entries_.find(key_of(r.process_set, r.names[i]));
-    if (it != entries_.end()) my_cache_[it->second.meta.signature()] = id;
+    if (it != entries_.end()) {
+      auto& known = my_cache_[it->first];
+      const RequestMeta& meta = it->second.meta;
+      bool present = false;
+      for (const auto& k : known) present = present || k.meta.same_signature(meta);
+      if (!present) {
+        if (known.size() >= 4) known.erase(known.begin());  // a name used many ways: keep the latest
+        known.push_back(KnownRequest{meta, id});
+      }
+    }
   }
 }
 

@@ -30,6 +30,13 @@ struct RequestMeta {
   int64_t num_elements() const;
   // Fields whose equality across ranks the coordinator checks (and that key the response cache).
   std::string signature() const;
+  // signature() == other.signature(), without serializing either.
+  bool same_signature(const RequestMeta& o) const {
+    return type == o.type && dtype == o.dtype && root == o.root && op == o.op &&
+           prescale == o.prescale && postscale == o.postscale && process_set == o.process_set &&
+           group_size == o.group_size && shape == o.shape && name == o.name && group == o.group &&
+           splits == o.splits;
+  }
   void write(WireWriter& w) const;
   static RequestMeta read(WireReader& r);
 };
