@@ -95,10 +95,13 @@ def allreduce_prechecked(name, in_ptr, out_ptr, dtype_code, shape, op, prescale,
     """``allreduce`` for framework layers that have already validated every argument (a str name,
     a dtype code from DTYPES, an int op other than Adasum, float factors): the latency path of
     synchronous small allreduces, so nothing is checked twice."""
-    outcome = _core.run(OP_ALLREDUCE, name, in_ptr, out_ptr, dtype_code, shape, 0, op, prescale,
-                        postscale, process_set_id, "", 0, _NO_SPLITS, 1.0)
-    if outcome is True:
-        return None
+    outcome = _core.run_allreduce(name, in_ptr, out_ptr, dtype_code, shape, op, prescale, postscale,
+                                  process_set_id)
+    return None if outcome is True else finish_run(outcome)
+
+
+def finish_run(outcome):
+    """The rest of a blocking call after ``_core.run*`` returned ``outcome`` (not True)."""
     if type(outcome) is int:  # still running after a second: wait for it in Ctrl-C-able slices
         return wait(outcome)
     return _result(outcome, False)

@@ -15,7 +15,7 @@ import selectors
 import socket
 import threading
 import time
-from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Set, Tuple
 
 from horovod_spark.common import wire
 
@@ -77,6 +77,9 @@ class KVStoreServer:
         self._wake_w: Optional[socket.socket] = None
         self._accept_thread: Optional[threading.Thread] = None
         self._conns: Dict[socket.socket, threading.Thread] = {}
+        # Every connection thread until it has ended: a thread removes itself from _conns a few
+        # instructions before it returns, and stop() must join those too.
+        self._threads: Set[threading.Thread] = set()
         self._busy: set = set()  # connections between reading a request and sending its reply
         self._conns_lock = threading.Lock()
 
@@ -145,9 +148,11 @@ class KVStoreServer:
             if sock in busy:
                 thread.join(max(0.0, grace_end - time.monotonic()))
                 self._shutdown_socket(sock)
-        for _, thread in conns:
+        with self._conns_lock:
+            threads = set(self._threads) | {t for _, t in conns}
+        for thread in threads:
             thread.join(max(0.0, deadline - time.monotonic()))
-        stuck = [t.name for _, t in conns if t.is_alive()]
+        stuck = [t.name for t in threads if t.is_alive()]
         if stuck:
             log.warning("KV service: %d connection thread(s) still running after stop(): %s",
                         len(stuck), ", ".join(stuck))
@@ -201,6 +206,8 @@ class KVStoreServer:
             thread = threading.Thread(target=self._serve_connection, args=(conn, peer),
                                       name="kv-conn:%s:%d" % peer, daemon=True)
             self._conns[conn] = thread
+            self._threads = {t for t in self._threads if t.is_alive()}
+            self._threads.add(thread)
         thread.start()
 
     # -- serving one connection -----------------------------------------------------------------

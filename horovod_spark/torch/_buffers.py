@@ -7,6 +7,8 @@ the returned tensor views in place.
 import numpy as np
 import torch
 
+from horovod_spark.common.ops import DTYPES as _ops_dtype_codes
+
 _CORE_DTYPES = {
     torch.uint8: "uint8",
     torch.int8: "int8",
@@ -41,6 +43,18 @@ def _check_device(tensor):
     raise ValueError("horovod_spark.torch collectives take CPU tensors only (this build has no %s "
                      "support); got a tensor on %s. Move it with tensor.cpu() first."
                      % (tensor.device.type.upper(), tensor.device))
+
+
+_CORE_DTYPE_CODES = {torch_dtype: _ops_dtype_codes[name] for torch_dtype, name in _CORE_DTYPES.items()}
+
+
+def core_dtype_code(tensor):
+    """check_tensor, returning the core's dtype code instead of its name."""
+    if isinstance(tensor, torch.Tensor) and tensor.is_cpu and not tensor.is_sparse:
+        code = _CORE_DTYPE_CODES.get(tensor.dtype)
+        if code is not None:
+            return code
+    return _ops_dtype_codes[check_tensor(tensor)]
 
 
 def check_tensor(tensor):
