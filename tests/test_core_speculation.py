@@ -188,3 +188,41 @@ def test_join_while_a_rank_keeps_sending_early():
     results = run_local(_join_with_early_sends, num_proc=3, timeout=TIMEOUT)
     assert results[0] == ([1.0] * 5, 0)
     assert [res[1] for res in results] == [0, 0, 0]
+
+
+def _two_threads_opposite_orders():
+    import threading
+
+    import numpy as np
+    from horovod_spark.common import _core, basics, ops
+
+    basics.init()
+    r, n = basics.rank(), basics.size()
+    wrong = []
+
+    def loop(name, offset):
+        x = np.empty(256, np.float32)
+        for i in range(200):
+            x[:] = r + i + offset
+            ops.allreduce(name, x.ctypes.data, x.ctypes.data, "float32", x.shape, ops.Sum)
+            if not np.all(x == sum(q + i + offset for q in range(n))):
+                wrong.append((name, i))
+
+    # Each rank starts its two threads in the opposite order, so their first requests cross.
+    names = [("t1", 0), ("t2", 1000)] if r == 0 else [("t2", 1000), ("t1", 0)]
+    threads = [threading.Thread(target=loop, args=nm) for nm in names]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    alive = any(t.is_alive() for t in threads)
+    stats = _core.stats()
+    basics.shutdown()
+    return wrong, alive, stats["speculative_sent"]
+
+
+def test_collectives_from_two_threads_in_crossing_orders_stay_exact_and_live():
+    # Once a second thread submits, the rank stops speculating (before that, the first thread may
+    # have gone ahead on its own: speculative_sent is not asserted).
+    for wrong, alive, _ in run_local(_two_threads_opposite_orders, num_proc=2, timeout=TIMEOUT):
+        assert wrong == [] and not alive

@@ -87,6 +87,9 @@ int64_t Engine::enqueue(TensorRequest req, bool wake_engine_thread) {
     auto ps = process_sets_.find(m.process_set);
     req.key = key_of(m.process_set, m.name);
     const std::string& key = req.key;
+    std::thread::id me = std::this_thread::get_id();
+    if (submitter_ == std::thread::id()) submitter_ = me;
+    else if (submitter_ != me) several_submitters_ = true;
     if (!failed_.empty()) {
       err = failed_;
     } else if (ps == process_sets_.end()) {
@@ -311,7 +314,7 @@ bool Engine::try_speculate(const TensorRequest& req, int32_t cache_id) {
     return false;
   {
     std::lock_guard<std::mutex> l(queue_mu_);
-    if (!gone_.empty()) return false;
+    if (!gone_.empty() || several_submitters_) return false;
   }
   spec_.active = true;
   spec_.key = req.key;

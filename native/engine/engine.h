@@ -158,6 +158,12 @@ class Engine {
     int64_t seq = -1;
   };
   Speculation spec_;
+  // Speculation holds a rank's other requests until its early op completes; with collectives
+  // submitted from several threads, in different orders on different ranks, two ranks could
+  // each hold what the other waits for. So a process that has submitted from more than one
+  // thread does not speculate any more.
+  std::thread::id submitter_{};
+  bool several_submitters_ = false;  // guarded by queue_mu_
   std::vector<std::deque<std::pair<int32_t, int64_t>>> peer_specs_;  // (cache id, op number) by peer
   int64_t op_seq_ = 0;
   int64_t last_health_check_us_ = 0, last_stall_check_us_ = 0;
