@@ -79,6 +79,7 @@ void Engine::shutdown() {
 
 int64_t Engine::enqueue(TensorRequest req, bool wake_engine_thread) {
   req.handle = handles_.create();
+  const int64_t handle = req.handle;
   req.enqueued_us = Timeline::now_us();
   std::string err;
   {
@@ -111,16 +112,15 @@ int64_t Engine::enqueue(TensorRequest req, bool wake_engine_thread) {
     }
     if (err.empty()) {
       inflight_.insert(key);
-      queue_.push_back(req);
+      queue_.push_back(std::move(req));  // (key refers into req: used above, not below)
     }
   }
   if (!err.empty()) {
-    handles_.fail(req.handle, failed_.empty() ? HandleError::kCollective : HandleError::kInternal,
-                  err);
+    handles_.fail(handle, failed_.empty() ? HandleError::kCollective : HandleError::kInternal, err);
   } else if (wake_engine_thread) {
     transport_.notify_self();
   }
-  return req.handle;
+  return handle;
 }
 
 bool Engine::process_set_ranks(int32_t id, std::vector<int32_t>* ranks) {
