@@ -254,21 +254,7 @@ bool Engine::take_local_requests() {
   WireWriter w;
   w.put<uint8_t>(kRequests);
   w.put<uint32_t>(static_cast<uint32_t>(batch.size()));
-  if (batch.size() == 1 && batch[0].caller_waits && !my_cache_.empty()) {
-    int32_t id = cached_id(batch[0]);
-    if (id >= 0 && try_speculate(batch[0], id)) {
-      TensorRequest& req = batch[0];
-      std::string key = req.key;
-      if (timeline_.active()) {
-        timeline_.begin(req.meta.name, "QUEUE", req.enqueued_us);
-        timeline_.end(req.meta.name);
-        timeline_.begin(req.meta.name, std::string("NEGOTIATE_") + op_type_name(req.meta.type));
-      }
-      stats_.requests_cached++;
-      entries_[key] = std::move(req);
-      return true;
-    }
-  }
+  bool sent_early = false;
   for (auto& req : batch) {
     const RequestMeta& m = req.meta;
     std::string key = req.key;
@@ -279,7 +265,11 @@ bool Engine::take_local_requests() {
     }
     int32_t cache_id = my_cache_.empty() ? -1 : cached_id(req);
     (cache_id >= 0 ? stats_.requests_cached : stats_.requests_full)++;
-    if (rank_ == 0) {
+    // A lone blocking request may go out early (see Speculation).
+    sent_early = batch.size() == 1 && req.caller_waits && cache_id >= 0 && try_speculate(req, cache_id);
+    if (sent_early) {
+      // try_speculate told every peer, rank 0 included: that note is the request.
+    } else if (rank_ == 0) {
       coordinator_->add_request(0, m, cache_id);
     } else if (cache_id >= 0) {
       w.put<uint8_t>(kCachedRequest);
@@ -290,7 +280,7 @@ bool Engine::take_local_requests() {
     }
     entries_[key] = std::move(req);
   }
-  if (rank_ != 0) transport_.post_control(0, w.take());
+  if (rank_ != 0 && !sent_early) transport_.post_control(0, w.take());
   return true;
 }
 
@@ -368,16 +358,15 @@ bool Engine::complete_speculation() {
   const RequestMeta& m = it->second.meta;
   Group& g = *groups_[0];
   size_t n = static_cast<size_t>(m.num_elements());
-  ReduceOp op = m.op == ReduceOp::kAverage ? ReduceOp::kSum : m.op;
-  double post = m.postscale * (m.op == ReduceOp::kAverage ? 1.0 / g.size() : 1.0);
+  const ReductionPlan plan = plan_reduction(m.op, m.postscale, g.size());
   if (timeline_.active()) {
     timeline_.end(m.name);
     timeline_.begin(m.name, "ALLREDUCE");
     timeline_.begin(m.name, "COLLECTIVE");
   }
   try {
-    allreduce_after_send(g, it->second.in, it->second.out, n, m.dtype, op);
-    scale_buffer(it->second.out, n, m.dtype, post);
+    allreduce_after_send(g, it->second.in, it->second.out, n, m.dtype, plan.op);
+    scale_buffer(it->second.out, n, m.dtype, plan.postscale);
     if (timeline_.active()) timeline_.end(m.name);
   } catch (const CollectiveError& e) {
     fail_entry(spec_.key, HandleError::kCollective, e.what());

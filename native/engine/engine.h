@@ -34,6 +34,13 @@ struct TensorRequest {
   std::string key;            // "<process set>/<name>", set by enqueue()
 };
 
+// How a reduction runs: Average is Sum followed by a scale of 1/size, folded into postscale.
+struct ReductionPlan {
+  ReduceOp op;
+  double postscale;
+};
+ReductionPlan plan_reduction(ReduceOp op, double postscale, int group_size);
+
 class Engine {
  public:
   Engine(int rank, int size, const Config& cfg);

@@ -125,9 +125,15 @@ void Engine::execute(const Response& r) {
   }
 }
 
+ReductionPlan plan_reduction(ReduceOp op, double postscale, int group_size) {
+  if (op == ReduceOp::kAverage) return {ReduceOp::kSum, postscale / group_size};
+  return {op, postscale};
+}
+
 void Engine::execute_allreduce(const Response& r, Group& g) {
-  ReduceOp op = r.op == ReduceOp::kAverage ? ReduceOp::kSum : r.op;
-  double post = r.postscale * (r.op == ReduceOp::kAverage ? 1.0 / g.size() : 1.0);
+  const ReductionPlan plan = plan_reduction(r.op, r.postscale, g.size());
+  const ReduceOp op = plan.op;
+  const double post = plan.postscale;
   if (r.op == ReduceOp::kAdasum)
     throw CollectiveError("allreduce of '" + r.names[0] +
                           "': op=Adasum is not supported by horovod_spark; use Average or Sum");
@@ -264,15 +270,14 @@ void Engine::execute_reducescatter(const Response& r, Group& g) {
     scale_buffer(scaled.data(), total, r.dtype, r.prescale);
     in = scaled.data();
   }
-  ReduceOp op = r.op == ReduceOp::kAverage ? ReduceOp::kSum : r.op;
-  double post = r.postscale * (r.op == ReduceOp::kAverage ? 1.0 / n : 1.0);
+  const ReductionPlan plan = plan_reduction(r.op, r.postscale, n);
   HandleResult res;
   res.data.resize(counts[g.rank()] * dtype_size(r.dtype));
   res.has_data = true;
   res.shape = shape.empty() ? std::vector<int64_t>{1} : shape;
   res.shape[0] = dim0 / n + (g.rank() < dim0 % n ? 1 : 0);
-  reducescatter(g, in, res.data.data(), counts, r.dtype, op);
-  scale_buffer(res.data.data(), counts[g.rank()], r.dtype, post);
+  reducescatter(g, in, res.data.data(), counts, r.dtype, plan.op);
+  scale_buffer(res.data.data(), counts[g.rank()], r.dtype, plan.postscale);
   finish(key, std::move(res));
 }
 

@@ -112,6 +112,13 @@ py::tuple take(int64_t h) {
   return py::make_tuple(static_cast<int>(kind), message, data, py::tuple(py::cast(r.shape)),
                         py::cast(r.splits), r.value);
 }
+// A completed handle's outcome for Python. The common one (success, no data, no value) is a bare
+// True: no tuple, shape or splits objects per handle, which also spares the cyclic GC work in a
+// training step. Otherwise take()'s tuple.
+py::object outcome(Engine& e, int64_t h) {
+  if (e.handles().take_if_plain(h)) return py::bool_(true);
+  return take(h);
+}
 }  // namespace
 
 PYBIND11_MODULE(_core, m) {
@@ -134,10 +141,9 @@ PYBIND11_MODULE(_core, m) {
     return e.wait(h, timeout);
   });
   m.def("take", &take);
-  // enqueue + wait_take for a caller that blocks at once (synchronous collectives): what wait_take
-  // returns, or on timeout the handle (an int) to go on waiting for.
-  // run() for an allreduce with only the arguments an allreduce has (fewer conversions on the
-  // latency path of small synchronous allreduces).
+  // enqueue + wait_take for an allreduce whose caller blocks at once (synchronous collectives),
+  // with only the arguments an allreduce has (few conversions on the latency path of small
+  // allreduces): what wait_take returns, or on timeout the handle (an int) to go on waiting for.
   m.def("run_allreduce", [](const std::string& name, uintptr_t in_ptr, uintptr_t out_ptr, int dtype,
                             const std::vector<int64_t>& shape, int op, double prescale,
                             double postscale, int process_set) -> py::object {
@@ -154,27 +160,8 @@ PYBIND11_MODULE(_core, m) {
       done = e.run(std::move(req), 1.0, &h);
     }
     if (!done) return py::int_(h);
-    if (e.handles().take_if_plain(h)) return py::bool_(true);
-    return take(h);
+    return outcome(e, h);
   });
-  m.def("run", [](int type, const std::string& name, uintptr_t in_ptr, uintptr_t out_ptr, int dtype,
-                  const std::vector<int64_t>& shape, int root, int op, double prescale,
-                  double postscale, int process_set, const std::string& group, int group_size,
-                  const std::vector<int64_t>& splits, double timeout) -> py::object {
-    TensorRequest req = make_request(type, name, in_ptr, out_ptr, dtype, shape, root, op, prescale,
-                                     postscale, process_set, group, group_size, splits);
-    Engine& e = engine();
-    int64_t h = 0;
-    bool done;
-    {
-      py::gil_scoped_release nogil;
-      done = e.run(std::move(req), timeout, &h);
-    }
-    if (!done) return py::int_(h);
-    if (e.handles().take_if_plain(h)) return py::bool_(true);
-    return take(h);
-  });
-  // wait + take in one call (None on timeout): halves the binding overhead per handle.
   m.def("wait_take", [](int64_t h, double timeout) -> py::object {
     Engine& e = engine();
     bool done;
@@ -183,10 +170,7 @@ PYBIND11_MODULE(_core, m) {
       done = e.wait(h, timeout);
     }
     if (!done) return py::none();
-    // The common outcome (success, no data, no value) is a bare True: no tuple, shape or splits
-    // objects per handle, which also spares the cyclic GC work in a training step.
-    if (e.handles().take_if_plain(h)) return py::bool_(true);
-    return take(h);
+    return outcome(e, h);
   });
   m.def("process_set_ranks", [](int32_t id) -> py::object {
     std::vector<int32_t> ranks;
