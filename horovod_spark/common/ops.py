@@ -59,9 +59,8 @@ def _submit(op, name, in_ptr=0, out_ptr=0, dtype="uint8", shape=(), root=0, redu
 _NO_SPLITS = []
 
 
-def allreduce_async(name, in_ptr, out_ptr, dtype, shape, op=Average, prescale=1.0, postscale=1.0,
-                    process_set_id=0) -> int:
-    # The hot path of DistributedOptimizer (one call per gradient): kept free of generic helpers.
+def _allreduce_codes(name, dtype, op):
+    """(dtype code, op code) of a valid allreduce; the errors name the problem otherwise."""
     code = DTYPES.get(dtype)
     if code is None:
         _dtype_code(dtype)  # raises the TypeError naming the supported dtypes
@@ -70,7 +69,14 @@ def allreduce_async(name, in_ptr, out_ptr, dtype, shape, op=Average, prescale=1.
                                   "Max or Product" % (op,))
     if type(name) is not str or not name:
         raise ValueError("collective name must be a non-empty string, got %r" % (name,))
-    return _core.enqueue(OP_ALLREDUCE, name, in_ptr, out_ptr, code, shape, 0, int(op),
+    return code, int(op)
+
+
+def allreduce_async(name, in_ptr, out_ptr, dtype, shape, op=Average, prescale=1.0, postscale=1.0,
+                    process_set_id=0) -> int:
+    # The hot path of DistributedOptimizer (one call per gradient): kept free of generic helpers.
+    code, op_code = _allreduce_codes(name, dtype, op)
+    return _core.enqueue(OP_ALLREDUCE, name, in_ptr, out_ptr, code, shape, 0, op_code,
                          float(prescale), float(postscale), process_set_id, "", 0, _NO_SPLITS)
 
 
@@ -78,15 +84,8 @@ def allreduce(name, in_ptr, out_ptr, dtype, shape, op=Average, prescale=1.0, pos
               process_set_id=0) -> None:
     """``allreduce_async`` + ``wait`` in one call into the core (synchronous collectives): the
     calling thread runs the engine from the start, with no hand-off to the engine thread."""
-    code = DTYPES.get(dtype)
-    if code is None:
-        _dtype_code(dtype)
-    if op == ReduceOp.Adasum or not 0 <= op <= 5:
-        raise NotImplementedError("op=%r is not supported by horovod_spark; use Average, Sum, Min, "
-                                  "Max or Product" % (op,))
-    if type(name) is not str or not name:
-        raise ValueError("collective name must be a non-empty string, got %r" % (name,))
-    return allreduce_prechecked(name, in_ptr, out_ptr, code, shape, int(op), float(prescale),
+    code, op_code = _allreduce_codes(name, dtype, op)
+    return allreduce_prechecked(name, in_ptr, out_ptr, code, shape, op_code, float(prescale),
                                 float(postscale), process_set_id)
 
 
@@ -101,7 +100,7 @@ def allreduce_prechecked(name, in_ptr, out_ptr, dtype_code, shape, op, prescale,
 
 
 def finish_run(outcome):
-    """The rest of a blocking call after ``_core.run*`` returned ``outcome`` (not True)."""
+    """The rest of a blocking call after ``_core.run_allreduce`` returned ``outcome`` (not True)."""
     if type(outcome) is int:  # still running after a second: wait for it in Ctrl-C-able slices
         return wait(outcome)
     return _result(outcome, False)

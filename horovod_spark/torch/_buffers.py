@@ -45,15 +45,8 @@ def _check_device(tensor):
                      % (tensor.device.type.upper(), tensor.device))
 
 
-_CORE_DTYPE_CODES = {torch_dtype: _ops_dtype_codes[name] for torch_dtype, name in _CORE_DTYPES.items()}
-
-
 def core_dtype_code(tensor):
     """check_tensor, returning the core's dtype code instead of its name."""
-    if isinstance(tensor, torch.Tensor) and tensor.is_cpu and not tensor.is_sparse:
-        code = _CORE_DTYPE_CODES.get(tensor.dtype)
-        if code is not None:
-            return code
     return _ops_dtype_codes[check_tensor(tensor)]
 
 
