@@ -96,10 +96,10 @@ def allreduce_prechecked(name, in_ptr, out_ptr, dtype_code, shape, op, prescale,
     synchronous small allreduces, so nothing is checked twice."""
     outcome = _core.run_allreduce(name, in_ptr, out_ptr, dtype_code, shape, op, prescale, postscale,
                                   process_set_id)
-    return None if outcome is True else finish_run(outcome)
+    return None if outcome is True else _finish_run(outcome)
 
 
-def finish_run(outcome):
+def _finish_run(outcome):
     """The rest of a blocking call after ``_core.run_allreduce`` returned ``outcome`` (not True)."""
     if type(outcome) is int:  # still running after a second: wait for it in Ctrl-C-able slices
         return wait(outcome)

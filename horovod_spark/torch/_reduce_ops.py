@@ -8,7 +8,6 @@ import warnings
 
 import torch
 
-from horovod_spark.common import _core as _core_binding
 from horovod_spark.common import ops as _core
 from horovod_spark.common.process_sets import global_process_set
 from horovod_spark.torch import _buffers
@@ -74,7 +73,7 @@ def allreduce_now(tensor, inplace, name, op, prescale_factor, postscale_factor, 
     Contiguous tensors take one call into the core; others go through the async path.
 
     This is the latency path of small synchronous allreduces (a few microseconds in all), so it
-    validates each argument once and calls the binding directly."""
+    validates each argument once and calls the core's prechecked entry point."""
     dtype_code = _buffers.core_dtype_code(tensor)
     code = core_op(op)
     if not tensor.is_contiguous() or code == Adasum:  # (Adasum: the async path raises the error)
@@ -89,10 +88,8 @@ def allreduce_now(tensor, inplace, name, op, prescale_factor, postscale_factor, 
         out = torch.empty_like(tensor, memory_format=torch.contiguous_format)
         in_ptr, out_ptr = tensor.data_ptr(), out.data_ptr()
     # torch.Size is a tuple: the binding reads it as the shape directly.
-    outcome = _core_binding.run_allreduce(core_name, in_ptr, out_ptr, dtype_code, tensor.shape, code,
-                                          float(prescale_factor), float(postscale_factor), ps_id)
-    if outcome is not True:
-        _core.finish_run(outcome)
+    _core.allreduce_prechecked(core_name, in_ptr, out_ptr, dtype_code, tensor.shape, code,
+                               float(prescale_factor), float(postscale_factor), ps_id)
     return out
 
 
