@@ -13,7 +13,7 @@ import pytest
 
 from horovod_spark.data import make_reader
 from horovod_spark.data.reader import register_data_module
-from horovod_spark.data.shuffle_buffer import Rebatcher, ShuffleBuffer
+from horovod_spark.data.shuffle_buffer import ShuffleBuffer
 from horovod_spark.store import Store
 
 # legacy_stack: scripts/run_tests.sh also runs this module on the older stack (pyspark 3.5, pyarrow 14).
@@ -244,13 +244,28 @@ def test_reading_needs_neither_torch_nor_pyspark():
 
 def test_shuffle_buffer_keeps_every_row_once():
     rng = np.random.default_rng(0)
-    buffer, batcher = ShuffleBuffer(50, rng), Rebatcher(7)
+    buffer = ShuffleBuffer(50, 7, rng)
     out = []
     for start in range(0, 700, 33):
         stop = min(start + 33, 700)
-        for piece in buffer.add({"x": np.arange(start, stop)}):
-            out.extend(b["x"] for b in batcher.push(piece))
-    out.extend(b["x"] for b in batcher.push(buffer.drain()))
-    rows = np.concatenate(out)
+        out.extend(buffer.add({"x": np.arange(start, stop), "y": -np.arange(start, stop)}))
+    out.extend(buffer.drain())
+    assert all(len(b["x"]) == 7 for b in out)
+    assert all((b["y"] == -b["x"]).all() for b in out), "columns of a row must stay together"
+    rows = np.concatenate([b["x"] for b in out])
     assert sorted(rows.tolist()) == list(range(700)) and rows.tolist() != list(range(700))
-    assert batcher.pending_rows == 0
+    assert buffer.pending_rows == 0
+
+
+def test_shuffle_buffer_batches_own_their_memory_and_reset_clears_a_partial_batch():
+    buffer = ShuffleBuffer(10, 5, np.random.default_rng(1))
+    first = list(buffer.add({"x": np.arange(60, dtype=np.float32).reshape(30, 2)}))
+    assert [len(b["x"]) for b in first] == [5, 5, 5, 5] and buffer.pending_rows == 0
+    kept = [b["x"].copy() for b in first]
+    more = list(buffer.add({"x": np.full((12, 2), -1, dtype=np.float32)}))  # refills every pool slot
+    assert len(more) == 2 and buffer.pending_rows == 2
+    assert all(np.array_equal(b["x"], k) for b, k in zip(first, kept)), "a batch must not view the pool"
+    buffer.reset(np.random.default_rng(2))
+    assert buffer.pending_rows == 0
+    out = list(buffer.add({"x": np.zeros((20, 2), dtype=np.float32)})) + list(buffer.drain())
+    assert [len(b["x"]) for b in out] == [5, 5, 5, 5] and buffer.pending_rows == 0

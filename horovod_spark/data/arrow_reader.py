@@ -116,7 +116,7 @@ class ArrowReader(Reader):
             # a new one. list.pop is atomic, so concurrent iterators never share one.
             return self._spare_buffers.pop()
         except IndexError:
-            return ShuffleBuffer(self.shuffle_buffer_rows, np.random.default_rng(0))
+            return ShuffleBuffer(self.shuffle_buffer_rows, self.batch_size, np.random.default_rng(0))
 
     def _epoch(self, epoch: int, pool, buffer: Optional[ShuffleBuffer]) -> Iterator[dict]:
         quota = self.steps_per_epoch * self.batch_size
@@ -124,14 +124,13 @@ class ArrowReader(Reader):
         plan = epoch_plan(self._unit_rows, order, self.rank, self.num_ranks, quota)
         if buffer is not None:
             buffer.reset(np.random.default_rng([self.seed, epoch, self.rank]))
+            batches = itertools.chain.from_iterable(buffer.add(chunk) for chunk in self._read(plan, pool))
+            yield from map(self._finish, itertools.chain(batches, buffer.drain()))
+            assert buffer.pending_rows == 0, "epoch plan rows must be a multiple of batch_size"
+            return
         batcher = Rebatcher(self.batch_size)
         for chunk in self._read(plan, pool):
-            for piece in (buffer.add(chunk) if buffer is not None else (chunk,)):
-                for batch in batcher.push(piece):
-                    yield self._finish(batch)
-        if buffer is not None:
-            for batch in batcher.push(buffer.drain()):
-                yield self._finish(batch)
+            yield from map(self._finish, batcher.push(chunk))
         assert batcher.pending_rows == 0, "epoch plan rows must be a multiple of batch_size"
 
     def _finish(self, batch: dict):

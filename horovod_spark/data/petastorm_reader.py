@@ -92,7 +92,7 @@ class PetastormReader(Reader):
         def produce():
             epochs = (itertools.count(start_epoch) if num_epochs is None
                       else range(start_epoch, start_epoch + num_epochs))
-            buffer = (ShuffleBuffer(self.shuffle_buffer_rows, np.random.default_rng(0))
+            buffer = (ShuffleBuffer(self.shuffle_buffer_rows, self.batch_size, np.random.default_rng(0))
                       if self.shuffle and self.shuffle_buffer_rows > 0 else None)
             for epoch in epochs:
                 yield from self._epoch(epoch, buffer)
@@ -114,17 +114,16 @@ class PetastormReader(Reader):
             before = remaining
             for chunk in self._read_pass(epoch, shard_pass, remaining):
                 remaining -= len(chunk[self.columns[0]])
-                for piece in (buffer.add(chunk) if buffer is not None else (chunk,)):
-                    for batch in batcher.push(piece):
-                        yield self._finish(batch)
+                batches = buffer.add(chunk) if buffer is not None else batcher.push(chunk)
+                yield from map(self._finish, batches)
             if remaining == 0:
                 break
             if remaining == before:
                 raise RuntimeError("Petastorm returned no rows for rank %d's shard of %s" % (self.rank, self.url))
         if buffer is not None:
-            for batch in batcher.push(buffer.drain()):
-                yield self._finish(batch)
-        assert batcher.pending_rows == 0, "an epoch's rows must be a multiple of batch_size"
+            yield from map(self._finish, buffer.drain())
+        leftover = buffer.pending_rows if buffer is not None else batcher.pending_rows
+        assert leftover == 0, "an epoch's rows must be a multiple of batch_size"
 
     def _read_pass(self, epoch: int, shard_pass: int, limit: int) -> Iterator[dict]:
         """Up to ``limit`` rows of one pass over the shard. A pass gets a reader of its own (one
