@@ -89,18 +89,24 @@ def allreduce(name, in_ptr, out_ptr, dtype, shape, op=Average, prescale=1.0, pos
                                 float(postscale), process_set_id)
 
 
+# The latency path of synchronous small allreduces, for framework layers that have already validated
+# every argument (a str name, a dtype code from DTYPES, an int op other than Adasum, float factors):
+# the extension function itself, so that nothing is checked twice and no Python frame is added.
+# Returns True on plain success; pass anything else to finish_run().
+run_allreduce_prechecked = _core.run_allreduce
+
+
 def allreduce_prechecked(name, in_ptr, out_ptr, dtype_code, shape, op, prescale, postscale,
                          process_set_id) -> None:
-    """``allreduce`` for framework layers that have already validated every argument (a str name,
-    a dtype code from DTYPES, an int op other than Adasum, float factors): the latency path of
-    synchronous small allreduces, so nothing is checked twice."""
+    """``run_allreduce_prechecked`` with its outcome handled."""
     outcome = _core.run_allreduce(name, in_ptr, out_ptr, dtype_code, shape, op, prescale, postscale,
                                   process_set_id)
-    return None if outcome is True else _finish_run(outcome)
+    return None if outcome is True else finish_run(outcome)
 
 
-def _finish_run(outcome):
-    """The rest of a blocking call after ``_core.run_allreduce`` returned ``outcome`` (not True)."""
+def finish_run(outcome):
+    """The rest of a blocking call after ``run_allreduce_prechecked`` returned ``outcome`` (not True):
+    a wait for an op still running after a second, or the error it ended with."""
     if type(outcome) is int:  # still running after a second: wait for it in Ctrl-C-able slices
         return wait(outcome)
     return _result(outcome, False)

@@ -22,6 +22,7 @@ _CORE_DTYPES = {
 }
 
 SUPPORTED_DTYPES = tuple(_CORE_DTYPES)
+CORE_DTYPE_CODES = {dtype: _ops_dtype_codes[name] for dtype, name in _CORE_DTYPES.items()}
 
 
 def core_dtype(tensor):
@@ -43,11 +44,6 @@ def _check_device(tensor):
     raise ValueError("horovod_spark.torch collectives take CPU tensors only (this build has no %s "
                      "support); got a tensor on %s. Move it with tensor.cpu() first."
                      % (tensor.device.type.upper(), tensor.device))
-
-
-def core_dtype_code(tensor):
-    """check_tensor, returning the core's dtype code instead of its name."""
-    return _ops_dtype_codes[check_tensor(tensor)]
 
 
 def check_tensor(tensor):

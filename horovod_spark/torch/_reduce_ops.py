@@ -23,6 +23,9 @@ Min = _ReduceOp.Min
 Max = _ReduceOp.Max
 Product = _ReduceOp.Product
 _VALID_OPS = {int(o) for o in (Average, Sum, Adasum, Min, Max, Product)}
+# Ops the prechecked blocking path takes (ReduceOp members are ints, so plain ints match too).
+_PLAIN_OP_CODES = {int(o): int(o) for o in (Average, Sum, Min, Max, Product)}
+_CPU_DTYPE_CODES = _buffers.CORE_DTYPE_CODES
 
 
 def handle_average_backwards_compatibility(op, average):
@@ -70,13 +73,17 @@ def _launch_allreduce(tensor, inplace, name, op, prescale_factor, postscale_fact
 
 def allreduce_now(tensor, inplace, name, op, prescale_factor, postscale_factor, process_set):
     """Blocking allreduce (``allreduce_`` / the forward of ``allreduce``): the result tensor.
-    Contiguous tensors take one call into the core; others go through the async path.
 
-    This is the latency path of small synchronous allreduces (a few microseconds in all), so it
-    validates each argument once and calls the core's prechecked entry point."""
-    dtype_code = _buffers.core_dtype_code(tensor)
-    code = core_op(op)
-    if not tensor.is_contiguous() or code == Adasum:  # (Adasum: the async path raises the error)
+    This is the latency path of small synchronous allreduces (a few microseconds in all, of which
+    this function is a few hundred nanoseconds): a contiguous CPU tensor of a supported dtype with
+    a plain op goes straight to the core's prechecked entry point; anything else takes the async
+    path, whose full checks raise the errors."""
+    dtype_code = _CPU_DTYPE_CODES.get(tensor.dtype) if isinstance(tensor, torch.Tensor) and tensor.is_cpu else None
+    try:
+        code = _PLAIN_OP_CODES.get(op)
+    except TypeError:  # unhashable: the async path's check names the problem
+        code = None
+    if dtype_code is None or code is None or not tensor.is_contiguous():  # (sparse: not contiguous)
         return synchronize(_launch_allreduce(tensor, inplace, name, op, prescale_factor, postscale_factor,
                                              process_set))
     core_name = "allreduce.%s" % name if name is not None else _handles.op_name("allreduce", None, process_set)
@@ -88,8 +95,10 @@ def allreduce_now(tensor, inplace, name, op, prescale_factor, postscale_factor, 
         out = torch.empty_like(tensor, memory_format=torch.contiguous_format)
         in_ptr, out_ptr = tensor.data_ptr(), out.data_ptr()
     # torch.Size is a tuple: the binding reads it as the shape directly.
-    _core.allreduce_prechecked(core_name, in_ptr, out_ptr, dtype_code, tensor.shape, code,
-                               float(prescale_factor), float(postscale_factor), ps_id)
+    outcome = _core.run_allreduce_prechecked(core_name, in_ptr, out_ptr, dtype_code, tensor.shape, code,
+                                             float(prescale_factor), float(postscale_factor), ps_id)
+    if outcome is not True:
+        _core.finish_run(outcome)
     return out
 
 

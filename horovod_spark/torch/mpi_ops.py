@@ -51,7 +51,8 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
 def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                process_set=global_process_set):
     """Reduce ``tensor`` in place; returns ``tensor``."""
-    op = handle_average_backwards_compatibility(op, average)
+    if op is None or average is not None:  # (an explicit op alone needs no resolving)
+        op = handle_average_backwards_compatibility(op, average)
     return _reduce_ops.allreduce_now(tensor, True, name, op, prescale_factor, postscale_factor, process_set)
 
 

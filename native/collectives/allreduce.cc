@@ -3,7 +3,8 @@
 //
 // Small: every rank sends its whole buffer to every peer in one exchange and reduces the n
 // buffers locally in rank order: one round of latency, identical bits everywhere because every
-// rank folds the same inputs in the same order.
+// rank folds the same inputs in the same order. Two ranks reduce the peer's buffer as it arrives
+// (no staging copy), naming rank 0's operand first on both.
 // Large: ring reduce-scatter (reductions stream out of the transport with RecvMode::kReduce,
 // reading unreduced data straight from `in`, so out-of-place needs no copy of the input) then a
 // ring allgather that copies each owner's reduced segment verbatim to everyone.
@@ -26,6 +27,25 @@ void allreduce_direct(Group& g, const void* in, void* out, size_t count, DataTyp
                       ReduceOp op, bool input_sent = false) {
   const int n = g.size(), r = g.rank();
   const size_t bytes = count * dtype_size(dtype), slot = align_up(bytes);
+  if (n == 2 && (input_sent || in != out)) {
+    // Reduce straight out of the transport into `out`, lower rank's operand first on both sides
+    // (so both get the same bits). Not in place with the input still to send: the reduction
+    // would overwrite input not yet sent.
+    const int peer = 1 - r;
+    RecvSpec rs;
+    rs.peer = peer;
+    rs.dest = out;
+    rs.bytes = bytes;
+    rs.mode = RecvMode::kReduce;
+    rs.local = in;
+    rs.dtype = dtype;
+    rs.op = op;
+    rs.incoming_first = peer < r;
+    std::vector<SendSpec> sends;
+    if (!input_sent) sends.push_back(SendSpec{peer, in, bytes});
+    g.exchange(sends, {rs});
+    return;
+  }
   ScratchLease scratch(slot * size_t(n));
   std::vector<SendSpec> sends;
   std::vector<RecvSpec> recvs;

@@ -7,7 +7,7 @@
 namespace hs {
 
 namespace {
-using Clock = std::chrono::steady_clock;
+using Clock = CoarseClock;  // stall checks count seconds
 
 std::string shape_text(const std::vector<int64_t>& s) {
   std::ostringstream o;
@@ -35,6 +35,17 @@ Coordinator::Coordinator(int size, const Config& cfg) : size_(size), cfg_(cfg) {
 const std::vector<int32_t>* Coordinator::process_set(int32_t id) const {
   auto it = process_sets_.find(id);
   return it == process_sets_.end() ? nullptr : &it->second;
+}
+
+bool Coordinator::has_work_without(int rank) const {
+  if (!ready_.empty() || !join_responses_.empty() || !deferred_.empty()) return true;
+  if (joined_.count(rank)) return !pending_.empty();
+  for (const auto& [k, p] : pending_) {
+    if (p.by_rank.count(rank)) return true;
+    const auto* ranks = process_set(p.by_rank.begin()->second.process_set);
+    if (!ranks || std::find(ranks->begin(), ranks->end(), rank) == ranks->end()) return true;
+  }
+  return false;
 }
 
 const RequestMeta* Coordinator::cached_request(int32_t id) const {

@@ -10,6 +10,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/clock.h"
 #include "common/config.h"
 #include "engine/message.h"
 
@@ -30,13 +31,16 @@ class Coordinator {
   // some ranks submitted and others did not.
   void check_stalls(std::vector<Response>* errors);
   const std::vector<int32_t>* process_set(int32_t id) const;
+  // True when some pending work could complete without a further request from `rank`: a tensor
+  // of a process set `rank` is not in, or one `rank` already submitted or joined past.
+  bool has_work_without(int rank) const;
 
  private:
   struct Pending {
     std::map<int, RequestMeta> by_rank;
     std::map<int, int32_t> cache_ids;
     std::map<int, int64_t> spec_seq;  // ranks that sent their input early, with their op number
-    std::chrono::steady_clock::time_point first_seen, last_warned;
+    CoarseClock::time_point first_seen, last_warned;
     bool queued = false;  // already in ready_
   };
   std::string key(const RequestMeta& m) const;

@@ -8,6 +8,7 @@
 
 #include "collectives/collectives.h"
 #include "collectives/tuning.h"
+#include "common/clock.h"
 #include "common/errors.h"
 #include "common/reduce.h"
 #include "transport/mpi_group.h"
@@ -21,6 +22,7 @@ enum RequestTag : uint8_t { kFullRequest = 0, kCachedRequest = 1 };
 enum ResponseTag : uint8_t { kFullResponse = 0, kCachedResponses = 1 };
 constexpr int kSpinRoundsBeforeSleep = 2000;
 constexpr int64_t kWaitSpinUs = 50, kWaitYieldUs = 500;
+constexpr int kParkedTimeoutUs = 2000;
 }  // namespace
 
 Engine::Engine(int rank, int size, const Config& cfg)
@@ -80,7 +82,7 @@ void Engine::shutdown() {
 int64_t Engine::enqueue(TensorRequest req, bool wake_engine_thread) {
   req.handle = handles_.create();
   const int64_t handle = req.handle;
-  req.enqueued_us = Timeline::now_us();
+  if (timeline_.active()) req.enqueued_us = Timeline::now_us();  // (its only reader)
   std::string err;
   {
     std::lock_guard<std::mutex> l(queue_mu_);
@@ -119,6 +121,7 @@ int64_t Engine::enqueue(TensorRequest req, bool wake_engine_thread) {
     handles_.fail(handle, failed_.empty() ? HandleError::kCollective : HandleError::kInternal, err);
   } else if (wake_engine_thread) {
     transport_.notify_self();
+    doorbell_ring(&handoff_);  // in case it is parked after a waiter left (see handoff_)
   }
   return handle;
 }
@@ -165,7 +168,7 @@ void Engine::loop() {
     if (waiters_driving_.load() > 0) {
       // A framework thread is running the engine from wait(); stay off the CPU until it leaves
       // (it rings handoff_), looking again now and then in case that ring is missed.
-      doorbell_wait(&handoff_, handoff, 2000);
+      doorbell_wait(&handoff_, handoff, kParkedTimeoutUs);
       continue;
     }
     uint32_t token = transport_.activity_token();
@@ -205,22 +208,28 @@ bool Engine::run(TensorRequest req, double timeout_s, int64_t* handle) {
 }
 
 bool Engine::drive_until_done(int64_t handle, double timeout_s) {
-  auto start = std::chrono::steady_clock::now();
-  auto left_s = [&] {
-    return timeout_s - std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  };
+  // Deadlines on the coarse clock (milliseconds are plenty); spin timing on the fine one, read
+  // only while idle.
+  const int64_t deadline_us =
+      timeout_s < 0 ? INT64_MAX : coarse_now_us() + static_cast<int64_t>(timeout_s * 1e6);
+  auto left_s = [&] { return std::max(0.0, (deadline_us - coarse_now_us()) * 1e-6); };
+  auto expired = [&] { return timeout_s >= 0 && coarse_now_us() >= deadline_us; };
   int idle = 0;
   int64_t idle_since = 0;
-  bool done = false;
-  while (!(done = handles_.poll(handle))) {
-    if (timeout_s >= 0 && left_s() <= 0) break;
+  // Only a pass that moved something (ours, or another thread's while we could not run one) can
+  // have completed the handle: idle rounds skip the look-up under the table's lock.
+  bool maybe_done = true, done = false;
+  while (!(maybe_done && (done = handles_.poll(handle)))) {
+    maybe_done = false;
+    if (expired()) break;
     if (dead_ || stop_) break;
     uint32_t token = transport_.activity_token();
     if (!progress_mu_.try_lock()) {
       // Someone else is running the engine: a short pass usually ends within microseconds; a long
       // collective does not, so after a few yields sleep on the handle instead.
+      maybe_done = true;
       if (++idle < 64) { sched_yield(); continue; }
-      if (handles_.wait(handle, timeout_s < 0 ? 0.001 : std::min(0.001, std::max(0.0, left_s())))) {
+      if (handles_.wait(handle, timeout_s < 0 ? 0.001 : std::min(0.001, left_s()))) {
         done = true;
         break;
       }
@@ -228,19 +237,31 @@ bool Engine::drive_until_done(int64_t handle, double timeout_s) {
     }
     bool progress = progress_once();
     progress_mu_.unlock();
-    if (progress) { idle = 0; idle_since = 0; continue; }
+    if (progress) { idle = 0; idle_since = 0; maybe_done = true; continue; }
     // As in an exchange: spin while every rank has its own CPU, then yield, then sleep.
     int64_t now = Timeline::now_us();
     if (idle_since == 0) idle_since = now;
     if (!transport_.oversubscribed() && now - idle_since < kWaitSpinUs) continue;
+    maybe_done = true;  // (now and then regardless: cheap next to a yield or a sleep)
     if (now - idle_since < kWaitYieldUs) { sched_yield(); continue; }
     transport_.wait_for_activity(token, 1000);
   }
   waiters_driving_--;
-  doorbell_ring(&handoff_);  // hand the engine back to the background thread
+  if (engine_thread_needed()) doorbell_ring(&handoff_);  // hand the engine back
   if (done) return true;
-  if (timeout_s >= 0 && left_s() <= 0) return handles_.poll(handle);
-  return handles_.wait(handle, timeout_s < 0 ? -1.0 : std::max(0.0, left_s()));
+  if (expired()) return handles_.poll(handle);
+  return handles_.wait(handle, timeout_s < 0 ? -1.0 : left_s());
+}
+
+bool Engine::engine_thread_needed() {
+  if (waiters_driving_.load() > 0) return false;  // another waiter drives; it asks on leaving
+  if (!progress_mu_.try_lock()) return true;
+  bool needed = !entries_.empty() || spec_.active || transport_.has_unsent_control() ||
+                (coordinator_ && coordinator_->has_work_without(rank_));
+  progress_mu_.unlock();
+  if (needed) return true;
+  std::lock_guard<std::mutex> l(queue_mu_);
+  return !queue_.empty();
 }
 
 bool Engine::take_local_requests() {
@@ -315,11 +336,12 @@ bool Engine::try_speculate(const TensorRequest& req, int32_t cache_id) {
   w.put<int32_t>(cache_id);
   w.put<int64_t>(op_seq_);
   std::string note = w.take();
+  if (rank_ == 0) coordinator_->add_request(0, m, cache_id, op_seq_);
+  stats_.speculative_sent++;
+  NotifyBatch one_wakeup_per_peer(transport_);  // for the note and the data together
   for (int p = 0; p < size_; ++p)
     if (p != rank_) transport_.post_control(p, note);
   transport_.progress_control();
-  if (rank_ == 0) coordinator_->add_request(0, m, cache_id, op_seq_);
-  stats_.speculative_sent++;
   allreduce_send_input(*groups_[0], req.in, bytes);
   return true;
 }
@@ -402,7 +424,7 @@ bool Engine::coordinate() {
     }
   }
   std::vector<Response> responses = coordinator_->take_ready();
-  int64_t now = Timeline::now_us();
+  int64_t now = coarse_now_us();
   if (now - last_stall_check_us_ > 1000000) {
     last_stall_check_us_ = now;
     coordinator_->check_stalls(&responses);
@@ -470,7 +492,7 @@ bool Engine::receive_responses() {
 }
 
 void Engine::check_health(bool coordinator) {
-  int64_t now = Timeline::now_us();
+  int64_t now = coarse_now_us();
   if (now - last_health_check_us_ < 20000) return;
   last_health_check_us_ = now;
   (void)coordinator;

@@ -91,6 +91,7 @@ class Engine {
   std::unique_ptr<Group> make_group(const std::vector<int32_t>& ranks);
   bool progress_once();  // one engine pass under progress_mu_; false when nothing moved
   bool drive_until_done(int64_t handle, double timeout_s);  // wait() with waiters_driving_ held
+  bool engine_thread_needed();  // by a waiter leaving: is there work it leaves behind?
   bool take_local_requests();
   bool coordinate();
   bool receive_responses();
@@ -124,7 +125,12 @@ class Engine {
   std::mutex progress_mu_;                  // whoever holds it runs the engine
   std::atomic<int> waiters_driving_{0};     // threads in wait() willing to run the engine
   // The engine thread sleeps here, not on the transport's doorbell, while a waiter drives: the
-  // doorbell rings for every chunk a peer moves, and each ring would wake it for nothing.
+  // doorbell rings for every chunk a peer moves, and each ring would wake it for nothing. A
+  // leaving waiter rings it only when it leaves work behind (engine_thread_needed), and so does
+  // enqueue(): a loop of blocking calls would otherwise wake the engine thread (a futex wake and
+  // a context switch on a CPU the ranks need) after every single one. Otherwise it looks again
+  // within kParkedTimeoutUs, which bounds how late it notices a peer's message that needs no
+  // local request (rank 0 coordinating a process set it is not in).
   Doorbell handoff_{};
 
   std::mutex queue_mu_;  // guards queue_, inflight_, failed_, gone_, process_sets_

@@ -27,6 +27,10 @@ struct RecvSpec {
   const void* local = nullptr;
   DataType dtype = DataType::kUInt8;
   ReduceOp op = ReduceOp::kSum;
+  // kReduce only: dest[i] = incoming[i] (op) local[i] instead. Two ranks reducing each other's
+  // data pass the lower rank's operand first on both sides, so both get the same bits even where
+  // op is not exactly commutative (Min/Max with NaN, the payload of NaN + NaN).
+  bool incoming_first = false;
 };
 
 class Group {

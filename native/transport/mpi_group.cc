@@ -91,7 +91,9 @@ void MpiGroup::exchange(const std::vector<SendSpec>& sends, const std::vector<Re
     const RecvSpec& r = recvs[i];
     if (r.mode != RecvMode::kReduce || r.bytes == 0) continue;
     const void* local = r.local ? r.local : r.dest;
-    reduce_buffers(r.dest, local, landing[i], r.bytes / dtype_size(r.dtype), r.dtype, r.op);
+    const size_t count = r.bytes / dtype_size(r.dtype);
+    if (r.incoming_first) reduce_buffers(r.dest, landing[i], local, count, r.dtype, r.op);
+    else reduce_buffers(r.dest, local, landing[i], count, r.dtype, r.op);
   }
 }
 

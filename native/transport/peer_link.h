@@ -18,8 +18,15 @@ class PeerLink {
   virtual void consume(size_t n) = 0;
   // Every message occupies a multiple of this many bytes in the stream (both sides pad alike).
   virtual size_t alignment() const { return 1; }
-  // Tells the peer that progress was made (data written or space freed), waking it if it sleeps.
+  // Tells the peer that data was written, waking it if it sleeps.
   virtual void notify_peer() {}
+  // After consume(): wakes the peer only if it waits for room to write (see wait_for_space).
+  // A writer that has room never needs to hear about freed space, and a wake-up costs the
+  // reader an atomic on a cache line the writer is spinning on.
+  virtual void notify_space_freed() {}
+  // The writer side: `waiting` true once a send could not write everything (then try the send
+  // once more before sleeping: freed space is announced only after this), false when it could.
+  virtual void wait_for_space(bool waiting) { (void)waiting; }
   // A socket to poll() for readiness, or -1 for shared memory (woken through the doorbell instead).
   virtual int poll_fd() const { return -1; }
 };

@@ -159,4 +159,18 @@ void ShmLink::consume(size_t n) {
   in_->tail.store(in_->tail.load(std::memory_order_relaxed) + n, std::memory_order_release);
 }
 
+// The two fences pair up (store then load on each side): either the writer's retry sees the
+// new tail, or this load sees the writer's flag. Only the writer clears the flag.
+void ShmLink::notify_space_freed() {
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (in_->writer_waits.load(std::memory_order_relaxed)) doorbell_ring(peer_bell_);
+}
+
+void ShmLink::wait_for_space(bool waiting) {
+  if (waiting == told_waiting_) return;
+  told_waiting_ = waiting;
+  out_->writer_waits.store(waiting ? 1 : 0, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+}
+
 }  // namespace hs

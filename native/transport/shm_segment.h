@@ -13,7 +13,8 @@ namespace hs {
 
 struct alignas(64) RingHeader {
   std::atomic<uint64_t> head;  // bytes ever written (writer owns)
-  char pad0[56];
+  std::atomic<uint32_t> writer_waits;  // 1 while the writer waits for space (writer owns)
+  char pad0[52];
   std::atomic<uint64_t> tail;  // bytes ever consumed (reader owns)
   char pad1[56];
 };
@@ -64,6 +65,8 @@ class ShmLink : public PeerLink {
   void consume(size_t n) override;
   size_t alignment() const override { return 64; }
   void notify_peer() override { doorbell_ring(peer_bell_); }
+  void notify_space_freed() override;
+  void wait_for_space(bool waiting) override;
 
  private:
   RingHeader* out_;
@@ -72,6 +75,7 @@ class ShmLink : public PeerLink {
   uint8_t* in_data_;
   size_t cap_;
   Doorbell* peer_bell_;
+  bool told_waiting_ = false;  // last value this writer stored in out_->writer_waits
 };
 
 }  // namespace hs

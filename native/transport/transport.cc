@@ -172,6 +172,25 @@ uint32_t Transport::activity_token() const { return my_bell_->seq.load(std::memo
 
 void Transport::notify_self() { doorbell_ring(my_bell_); }
 
+void Transport::hold_notifies() {
+  holding_notifies_ = true;
+  owed_notifies_.assign(size_, nullptr);
+}
+
+void Transport::release_notifies() {
+  holding_notifies_ = false;
+  for (PeerLink*& link : owed_notifies_)
+    if (link) {
+      link->notify_peer();
+      link = nullptr;
+    }
+}
+
+void Transport::notify_written(int peer, PeerLink* link) {
+  if (holding_notifies_) owed_notifies_[peer] = link;  // a peer's links share one doorbell
+  else link->notify_peer();
+}
+
 void Transport::wait_for_activity(uint32_t token, int timeout_us) {
   if (remote_fds_.empty()) {
     doorbell_wait(my_bell_, token, timeout_us);
@@ -221,7 +240,14 @@ void Transport::wait_in_exchange(uint32_t token, const std::vector<int>& peers,
                                  int64_t& idle_since_us, int& spins) {
   // Peers usually answer within microseconds, and a futex sleep costs tens of them on a VM:
   // spin first (only when every rank has a CPU of its own), then yield, then sleep.
-  ++spins;
+  if (holding_notifies_) release_notifies();  // a peer we wait for may be waiting for these
+  // While spinning, read the clock every 16th round only: a read costs as much as the poll of
+  // every link. kPastSpinning marks a wait that has moved on to yielding or sleeping.
+  constexpr int kPastSpinning = 1 << 30;
+  if (!oversubscribed_ && spins < kPastSpinning && (spins++ & 15) != 0) {
+    _mm_pause();
+    return;
+  }
   int64_t now = now_us();
   if (idle_since_us == 0) idle_since_us = now;
   int64_t idle_us = now - idle_since_us;
@@ -229,6 +255,7 @@ void Transport::wait_in_exchange(uint32_t token, const std::vector<int>& peers,
     _mm_pause();
     return;
   }
+  spins = kPastSpinning;
   if (idle_us < kYieldUs) {
     sched_yield();
     return;
@@ -253,11 +280,16 @@ void Transport::wait_in_exchange(uint32_t token, const std::vector<int>& peers,
 }
 
 void Transport::exchange(const std::vector<SendSpec>& sends, const std::vector<RecvSpec>& recvs) {
-  struct SendState { PeerLink* link; const uint8_t* p; size_t bytes, total, off; };
+  struct SendState { PeerLink* link; const uint8_t* p; size_t bytes, total, off; int peer; };
   struct RecvState { PeerLink* link; const RecvSpec* spec; size_t total, off, esize; };
-  std::vector<SendState> ss;
-  std::vector<RecvState> rs;
-  std::vector<int> peers;
+  // Reused across calls (exchanges never nest): a small collective is a few exchanges, and
+  // three allocations each would cost more than the copy of its data.
+  static thread_local std::vector<SendState> ss;
+  static thread_local std::vector<RecvState> rs;
+  static thread_local std::vector<int> peers;
+  ss.clear();
+  rs.clear();
+  peers.clear();
   auto link_for = [&](int peer) -> PeerLink* {
     if (peer < 0 || peer >= size_ || peer == rank_ || !data_[peer])
       throw CollectiveError("internal: exchange with invalid peer " + std::to_string(peer));
@@ -267,7 +299,8 @@ void Transport::exchange(const std::vector<SendSpec>& sends, const std::vector<R
   for (const auto& s : sends) {
     PeerLink* l = link_for(s.peer);
     if (s.bytes == 0) continue;
-    ss.push_back({l, static_cast<const uint8_t*>(s.data), s.bytes, padded(s.bytes, l->alignment()), 0});
+    ss.push_back({l, static_cast<const uint8_t*>(s.data), s.bytes, padded(s.bytes, l->alignment()), 0,
+                  s.peer});
     peers.push_back(s.peer);
   }
   for (const auto& r : recvs) {
@@ -285,18 +318,24 @@ void Transport::exchange(const std::vector<SendSpec>& sends, const std::vector<R
     bool progress = false;
     for (auto& s : ss) {
       if (s.off == s.total) continue;
-      bool moved = false;
+      bool moved = false, full = false;
       while (s.off < s.total) {
         size_t n = s.off < s.bytes
                        ? s.link->try_send(s.p + s.off, std::min(s.bytes - s.off, kMaxChunk))
                        : s.link->try_send(nullptr, s.total - s.off);  // alignment padding
-        if (n == 0) break;
+        if (n == 0) {
+          // Ask the reader to announce freed space, then look once more (see PeerLink).
+          if (full) break;
+          s.link->wait_for_space(full = true);
+          continue;
+        }
         s.off += n;
         moved = true;
         if (n >= kMaxChunk) break;  // let the receiver start on this piece
       }
+      if (s.off == s.total) s.link->wait_for_space(false);
       if (moved) {
-        s.link->notify_peer();
+        notify_written(s.peer, s.link);
         progress = true;
         if (s.off == s.total) --pending;
       }
@@ -319,7 +358,10 @@ void Transport::exchange(const std::vector<SendSpec>& sends, const std::vector<R
           } else {
             const uint8_t* local =
                 spec.local ? static_cast<const uint8_t*>(spec.local) + r.off : dst;
-            reduce_buffers(dst, local, span.first, k / r.esize, spec.dtype, spec.op);
+            if (spec.incoming_first)
+              reduce_buffers(dst, span.first, local, k / r.esize, spec.dtype, spec.op);
+            else
+              reduce_buffers(dst, local, span.first, k / r.esize, spec.dtype, spec.op);
           }
         } else {
           k = std::min(span.second, r.total - r.off);
@@ -329,7 +371,7 @@ void Transport::exchange(const std::vector<SendSpec>& sends, const std::vector<R
         moved = true;
       }
       if (moved) {
-        r.link->notify_peer();
+        r.link->notify_space_freed();
         progress = true;
         if (r.off == r.total) --pending;
       }
@@ -361,13 +403,19 @@ bool Transport::pop_control(int peer, std::string* msg) {
   return true;
 }
 
+bool Transport::has_unsent_control() const {
+  for (int p = 0; p < size_; ++p)
+    if (p != rank_ && !queues_[p].out.empty() && !gone_[p]) return true;
+  return false;
+}
+
 bool Transport::progress_control() {
   bool progress = false;
   for (int p = 0; p < size_; ++p) {
     if (p == rank_ || !ctrl_[p]) continue;
     auto& q = queues_[p];
     PeerLink* l = ctrl_[p].get();
-    bool sent = false;
+    bool sent = false, full = false;
     while (!q.out.empty() && !gone_[p]) {
       const std::string& m = q.out.front();
       size_t n;
@@ -376,7 +424,11 @@ bool Transport::progress_control() {
       } catch (const TransportError&) {
         break;  // the liveness socket reports the peer's fate
       }
-      if (n == 0) break;
+      if (n == 0) {
+        if (full) break;
+        l->wait_for_space(full = true);  // then one more try (see PeerLink)
+        continue;
+      }
       q.out_off += n;
       sent = true;
       if (q.out_off == m.size()) { q.out.pop_front(); q.out_off = 0; }
@@ -403,10 +455,10 @@ bool Transport::progress_control() {
       pos += 4 + n;
     }
     if (pos) q.in.erase(0, pos);
-    if (sent || received) {
-      l->notify_peer();
-      progress = true;
-    }
+    if (q.out.empty()) l->wait_for_space(false);
+    if (sent) notify_written(p, l);
+    if (received) l->notify_space_freed();
+    progress = progress || sent || received;
   }
   return progress;
 }
@@ -445,8 +497,10 @@ PeerGroup::PeerGroup(Transport* t, std::vector<int> ranks) : t_(t), ranks_(std::
 }
 
 void PeerGroup::exchange(const std::vector<SendSpec>& sends, const std::vector<RecvSpec>& recvs) {
-  std::vector<SendSpec> s = sends;
-  std::vector<RecvSpec> r = recvs;
+  static thread_local std::vector<SendSpec> s;  // reused, as in Transport::exchange
+  static thread_local std::vector<RecvSpec> r;
+  s.assign(sends.begin(), sends.end());
+  r.assign(recvs.begin(), recvs.end());
   for (auto& x : s) x.peer = ranks_.at(x.peer);
   for (auto& x : r) x.peer = ranks_.at(x.peer);
   t_->exchange(s, r);

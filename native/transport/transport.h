@@ -54,10 +54,18 @@ class Transport {
   // Point-to-point transfers between global ranks (see Group::exchange).
   void exchange(const std::vector<SendSpec>& sends, const std::vector<RecvSpec>& recvs);
 
+  // Between these, wake-ups owed to peers for data written are collected and rung once per peer
+  // at the end (or before this rank waits for anything): a message sent in several parts (a note
+  // and its data) then costs a peer one wake-up, not one per part. Use NotifyBatch.
+  void hold_notifies();
+  void release_notifies();
+
   // Control messages: queued and flushed by progress_control(); never block.
   void post_control(int peer, std::string msg);
   bool pop_control(int peer, std::string* msg);
   bool progress_control();
+  // Control messages posted but not yet all written to their links (a full ring).
+  bool has_unsent_control() const;
 
   // Sleep until a peer or a local thread signals activity, or timeout. Read the token first,
   // then look for work, then wait with it: a signal in between is never lost.
@@ -82,6 +90,7 @@ class Transport {
     std::deque<std::string> ready;
   };
   void setup_shared_memory(const std::vector<PeerAddress>& peers, const TransportOptions& opt);
+  void notify_written(int peer, PeerLink* link);  // notify_peer now, or owed while holding
   void wait_in_exchange(uint32_t token, const std::vector<int>& peers, int64_t& idle_since_us,
                         int& spins);
 
@@ -102,6 +111,20 @@ class Transport {
   bool closed_ = false;
   bool oversubscribed_ = false;
   size_t shm_data_ring_bytes_ = 0;
+  bool holding_notifies_ = false;
+  std::vector<PeerLink*> owed_notifies_;  // by peer, while holding
+};
+
+// Holds a transport's wake-ups for the lifetime of this object (see hold_notifies).
+class NotifyBatch {
+ public:
+  explicit NotifyBatch(Transport& t) : t_(t) { t_.hold_notifies(); }
+  ~NotifyBatch() { t_.release_notifies(); }
+  NotifyBatch(const NotifyBatch&) = delete;
+  NotifyBatch& operator=(const NotifyBatch&) = delete;
+
+ private:
+  Transport& t_;
 };
 
 // CPUs the calling process may run on (its affinity mask), at least 1.

@@ -540,6 +540,39 @@ void test_nan_propagation() {
   }
 }
 
+// Two ranks reduce each other's buffer as it arrives; the operands must go in the same order on
+// both. Min and Max of -0.0 and +0.0 return whichever operand comes first, so another order would
+// leave the ranks' parameters with different bits.
+void test_two_rank_operand_order() {
+  for (ReduceOp op : {ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kSum}) {
+    const std::string what = std::string("operand order ") + hs::reduce_op_name(op) + " n=2";
+    const size_t count = 33;
+    std::vector<std::vector<float>> in(2, std::vector<float>(count, 1.5f)), out(2, std::vector<float>(count));
+    for (size_t i = 0; i < count; i += 2) {
+      in[0][i] = i % 4 ? -0.0f : 0.0f;
+      in[1][i] = i % 4 ? 0.0f : -0.0f;
+    }
+    in[1][count - 2] = NAN;
+    for (bool in_place : {false, true}) {
+      auto work = in;
+      if (!run_ok(2, what, [&](hs::Group& g) {
+            const size_t r = size_t(g.rank());
+            float* dst = in_place ? work[r].data() : out[r].data();
+            hs::allreduce(g, work[r].data(), dst, count, DataType::kFloat32, op);
+            if (in_place) out[r] = work[r];
+          })) {
+        continue;
+      }
+      const std::string how = what + (in_place ? " in place" : "");
+      expect(std::isnan(out[0][count - 2]) && std::isnan(out[1][count - 2]), how + ": NaN lost");
+      out[0][count - 2] = out[1][count - 2] = 0.0f;  // (a NaN's payload may differ; that is fine)
+      expect(same_bytes(reinterpret_cast<const char*>(out[0].data()),
+                        reinterpret_cast<const char*>(out[1].data()), count * 4),
+             how + ": the ranks' results differ bitwise");
+    }
+  }
+}
+
 // Many collectives back to back without barriers, so messages of consecutive calls queue up on
 // the same pairs: a collective whose sends and receives do not pair up exactly would consume a
 // neighbour's message and fail here.
@@ -613,6 +646,7 @@ int main() {
   }
   test_bad_arguments();
   test_nan_propagation();
+  test_two_rank_operand_order();
   test_back_to_back();
   const double secs =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

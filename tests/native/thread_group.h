@@ -229,7 +229,10 @@ inline void ThreadGroup::exchange(const std::vector<hs::SendSpec>& sends,
       char* dest = static_cast<char*>(p.spec->dest) + off;
       if (len > 0 && reduce) {
         const char* local = static_cast<const char*>(p.spec->local) + off;
-        hs::reduce_buffers(dest, local, m->data + off, len / unit, p.spec->dtype, p.spec->op);
+        if (p.spec->incoming_first)
+          hs::reduce_buffers(dest, m->data + off, local, len / unit, p.spec->dtype, p.spec->op);
+        else
+          hs::reduce_buffers(dest, local, m->data + off, len / unit, p.spec->dtype, p.spec->op);
       } else if (len > 0) {
         std::memcpy(dest, m->data + off, len);
       }
