@@ -94,6 +94,8 @@ def allreduce(name, in_ptr, out_ptr, dtype, shape, op=Average, prescale=1.0, pos
 # the extension function itself, so that nothing is checked twice and no Python frame is added.
 # Returns True on plain success; pass anything else to finish_run().
 run_allreduce_prechecked = _core.run_allreduce
+# allreduce_async's counterpart (same arguments): returns the handle.
+enqueue_allreduce_prechecked = _core.enqueue_allreduce
 
 
 def allreduce_prechecked(name, in_ptr, out_ptr, dtype_code, shape, op, prescale, postscale,

@@ -49,7 +49,38 @@ def core_op(op):
     return code
 
 
+def _plain_codes(tensor, op):
+    """(dtype code, op code) when ``tensor`` is a contiguous CPU tensor of a supported dtype and
+    ``op`` a plain reduction: all the core's prechecked entry points need. None otherwise: the
+    checked path then names the problem."""
+    if not (isinstance(tensor, torch.Tensor) and tensor.is_cpu):
+        return None
+    dtype_code = _CPU_DTYPE_CODES.get(tensor.dtype)
+    try:
+        code = _PLAIN_OP_CODES.get(op)
+    except TypeError:  # unhashable
+        return None
+    if dtype_code is None or code is None or not tensor.is_contiguous():  # (sparse: not contiguous)
+        return None
+    return dtype_code, code
+
+
 def _launch_allreduce(tensor, inplace, name, op, prescale_factor, postscale_factor, process_set):
+    codes = _plain_codes(tensor, op)
+    if codes is not None:
+        # DistributedOptimizer's path, once per gradient per step: one call into the core.
+        core_name = "allreduce.%s" % name if name is not None else _handles.op_name("allreduce", None, process_set)
+        ps_id = 0 if process_set is global_process_set else _handles.process_set_id(process_set)
+        if inplace:
+            ptr = tensor.data_ptr()
+            core_handle = _core.enqueue_allreduce_prechecked(core_name, ptr, ptr, codes[0], tensor.shape, codes[1],
+                                                             float(prescale_factor), float(postscale_factor), ps_id)
+            return _handles.register_result(core_handle, tensor, None)
+        out = torch.empty_like(tensor, memory_format=torch.contiguous_format)
+        core_handle = _core.enqueue_allreduce_prechecked(core_name, tensor.data_ptr(), out.data_ptr(), codes[0],
+                                                         tensor.shape, codes[1], float(prescale_factor),
+                                                         float(postscale_factor), ps_id)
+        return _handles.register_result(core_handle, out, tensor)  # tensor: the core still reads it
     dtype = _buffers.check_tensor(tensor)
     src = _buffers.contiguous(tensor)
     out = src if inplace else torch.empty_like(src, memory_format=torch.contiguous_format)
@@ -78,14 +109,11 @@ def allreduce_now(tensor, inplace, name, op, prescale_factor, postscale_factor, 
     this function is a few hundred nanoseconds): a contiguous CPU tensor of a supported dtype with
     a plain op goes straight to the core's prechecked entry point; anything else takes the async
     path, whose full checks raise the errors."""
-    dtype_code = _CPU_DTYPE_CODES.get(tensor.dtype) if isinstance(tensor, torch.Tensor) and tensor.is_cpu else None
-    try:
-        code = _PLAIN_OP_CODES.get(op)
-    except TypeError:  # unhashable: the async path's check names the problem
-        code = None
-    if dtype_code is None or code is None or not tensor.is_contiguous():  # (sparse: not contiguous)
+    codes = _plain_codes(tensor, op)
+    if codes is None:
         return synchronize(_launch_allreduce(tensor, inplace, name, op, prescale_factor, postscale_factor,
                                              process_set))
+    dtype_code, code = codes
     core_name = "allreduce.%s" % name if name is not None else _handles.op_name("allreduce", None, process_set)
     ps_id = 0 if process_set is global_process_set else _handles.process_set_id(process_set)
     if inplace:
@@ -112,7 +140,8 @@ def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.
 def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                      postscale_factor=1.0, process_set=global_process_set):
     """Start reducing ``tensor`` in place; ``synchronize`` returns ``tensor`` itself."""
-    op = handle_average_backwards_compatibility(op, average)
+    if op is None or average is not None:  # (an explicit op alone needs no resolving)
+        op = handle_average_backwards_compatibility(op, average)
     return _launch_allreduce(tensor, True, name, op, prescale_factor, postscale_factor, process_set)
 
 

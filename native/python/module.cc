@@ -127,17 +127,17 @@ py::object outcome(Engine& e, int64_t h) {
   return take(h);
 }
 
-// run_allreduce(name, in_ptr, out_ptr, dtype, shape, op, prescale, postscale, process_set):
-// enqueue + wait_take for an allreduce whose caller blocks at once (synchronous collectives).
-// Returns what wait_take returns, or on timeout the handle (an int) to go on waiting for.
-//
-// Written against the C API (METH_FASTCALL) rather than bound with pybind11: it is the latency
-// path of small synchronous allreduces, where pybind11's generic argument dispatch cost about a
-// tenth of a 4 KiB allreduce between two ranks.
+// The latency paths of allreduce, written against the C API (METH_FASTCALL) rather than bound
+// with pybind11, whose generic dispatch of nine arguments cost about a tenth of a 4 KiB
+// allreduce between two ranks (and as much again per gradient in DistributedOptimizer's step):
+//   run_allreduce(name, in_ptr, out_ptr, dtype, shape, op, prescale, postscale, process_set)
+//     enqueue + wait_take for a caller that blocks at once: what wait_take returns, or on
+//     timeout the handle (an int) to go on waiting for.
+//   enqueue_allreduce(same arguments) -> handle.
 bool arg_long(PyObject* o, const char* what, long long* out) {
   *out = PyLong_AsLongLong(o);
   if (*out == -1 && PyErr_Occurred()) {
-    PyErr_Format(PyExc_TypeError, "run_allreduce: %s must be an int", what);
+    PyErr_Format(PyExc_TypeError, "allreduce: %s must be an int", what);
     return false;
   }
   return true;
@@ -146,14 +146,14 @@ bool arg_long(PyObject* o, const char* what, long long* out) {
 bool arg_double(PyObject* o, const char* what, double* out) {
   *out = PyFloat_AsDouble(o);
   if (*out == -1.0 && PyErr_Occurred()) {
-    PyErr_Format(PyExc_TypeError, "run_allreduce: %s must be a float", what);
+    PyErr_Format(PyExc_TypeError, "allreduce: %s must be a float", what);
     return false;
   }
   return true;
 }
 
 bool arg_shape(PyObject* o, std::vector<int64_t>* shape) {
-  PyObject* seq = PySequence_Fast(o, "run_allreduce: shape must be a tuple or list of ints");
+  PyObject* seq = PySequence_Fast(o, "allreduce: shape must be a tuple or list of ints");
   if (!seq) return false;
   Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
   PyObject** items = PySequence_Fast_ITEMS(seq);
@@ -168,21 +168,23 @@ bool arg_shape(PyObject* o, std::vector<int64_t>* shape) {
   return ok;
 }
 
-PyObject* run_allreduce(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+// The nine arguments -> a request (false with a Python error set); throws std::invalid_argument
+// for values make_request rejects.
+bool parse_allreduce(PyObject* const* args, Py_ssize_t nargs, TensorRequest* req) {
   if (nargs != 9) {
-    PyErr_Format(PyExc_TypeError, "run_allreduce takes 9 arguments (%zd given)", nargs);
-    return nullptr;
+    PyErr_Format(PyExc_TypeError, "allreduce takes 9 arguments (%zd given)", nargs);
+    return false;
   }
   Py_ssize_t name_len;
   const char* name = PyUnicode_Check(args[0]) ? PyUnicode_AsUTF8AndSize(args[0], &name_len) : nullptr;
   if (!name) {
-    if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "run_allreduce: name must be a str");
-    return nullptr;
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "allreduce: name must be a str");
+    return false;
   }
   unsigned long long in_ptr = PyLong_AsUnsignedLongLong(args[1]);
-  if (PyErr_Occurred()) return nullptr;
+  if (PyErr_Occurred()) return false;
   unsigned long long out_ptr = PyLong_AsUnsignedLongLong(args[2]);
-  if (PyErr_Occurred()) return nullptr;
+  if (PyErr_Occurred()) return false;
   long long dtype, op, process_set;
   double prescale, postscale;
   std::vector<int64_t> shape;
@@ -190,19 +192,26 @@ PyObject* run_allreduce(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
       !arg_long(args[5], "op", &op) || !arg_double(args[6], "prescale", &prescale) ||
       !arg_double(args[7], "postscale", &postscale) ||
       !arg_long(args[8], "process_set", &process_set))
-    return nullptr;
+    return false;
+  static const std::string no_group;
+  static const std::vector<int64_t> no_splits;
+  *req = make_request(static_cast<int>(OpType::kAllreduce), std::string(name, name_len), in_ptr,
+                      out_ptr, static_cast<int>(dtype), shape, 0, static_cast<int>(op), prescale,
+                      postscale, static_cast<int>(process_set), no_group, 0, no_splits);
+  return true;
+}
+
+Engine* fast_engine() {
   Engine* e = g_engine_fast.load(std::memory_order_acquire);
-  if (!e) {
-    PyErr_SetString(PyExc_ValueError, kNotInitialized);
-    return nullptr;
-  }
+  if (!e) PyErr_SetString(PyExc_ValueError, kNotInitialized);
+  return e;
+}
+
+PyObject* run_allreduce(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   try {
-    static const std::string no_group;
-    static const std::vector<int64_t> no_splits;
-    TensorRequest req = make_request(static_cast<int>(OpType::kAllreduce), std::string(name, name_len),
-                                     in_ptr, out_ptr, static_cast<int>(dtype), shape, 0,
-                                     static_cast<int>(op), prescale, postscale,
-                                     static_cast<int>(process_set), no_group, 0, no_splits);
+    TensorRequest req;
+    Engine* e;
+    if (!parse_allreduce(args, nargs, &req) || !(e = fast_engine())) return nullptr;
     int64_t h = 0;
     bool done;
     {
@@ -220,11 +229,33 @@ PyObject* run_allreduce(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   return nullptr;
 }
 
-PyMethodDef g_run_allreduce_def = {"run_allreduce", reinterpret_cast<PyCFunction>(
-                                                        reinterpret_cast<void (*)()>(&run_allreduce)),
-                                   METH_FASTCALL,
-                                   "run_allreduce(name, in_ptr, out_ptr, dtype, shape, op, prescale, "
-                                   "postscale, process_set): enqueue + wait_take of an allreduce."};
+PyObject* enqueue_allreduce(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  try {
+    TensorRequest req;
+    Engine* e;
+    if (!parse_allreduce(args, nargs, &req) || !(e = fast_engine())) return nullptr;
+    return PyLong_FromLongLong(e->enqueue(std::move(req)));
+  } catch (const std::invalid_argument& ex) {
+    PyErr_SetString(PyExc_ValueError, ex.what());
+  } catch (const std::exception& ex) {
+    PyErr_SetString(PyExc_RuntimeError, ex.what());
+  }
+  return nullptr;
+}
+
+template <PyObject* (*F)(PyObject*, PyObject* const*, Py_ssize_t)>
+PyMethodDef fastcall_def(const char* name, const char* doc) {
+  return {name, reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(F)), METH_FASTCALL, doc};
+}
+
+PyMethodDef g_run_allreduce_def = fastcall_def<run_allreduce>(
+    "run_allreduce",
+    "run_allreduce(name, in_ptr, out_ptr, dtype, shape, op, prescale, postscale, process_set): "
+    "enqueue + wait_take of an allreduce.");
+PyMethodDef g_enqueue_allreduce_def = fastcall_def<enqueue_allreduce>(
+    "enqueue_allreduce",
+    "enqueue_allreduce(name, in_ptr, out_ptr, dtype, shape, op, prescale, postscale, "
+    "process_set) -> handle.");
 }  // namespace
 
 PYBIND11_MODULE(_core, m) {
@@ -247,8 +278,9 @@ PYBIND11_MODULE(_core, m) {
     return e.wait(h, timeout);
   });
   m.def("take", &take);
-  m.add_object("run_allreduce",
-               py::reinterpret_steal<py::object>(PyCFunction_NewEx(&g_run_allreduce_def, nullptr, m.attr("__name__").ptr())));
+  for (PyMethodDef* def : {&g_run_allreduce_def, &g_enqueue_allreduce_def})
+    m.add_object(def->ml_name, py::reinterpret_steal<py::object>(
+                                   PyCFunction_NewEx(def, nullptr, m.attr("__name__").ptr())));
   m.def("wait_take", [](int64_t h, double timeout) -> py::object {
     Engine& e = engine();
     bool done;

@@ -105,15 +105,18 @@ ShmSegment::~ShmSegment() {
   if (base_) munmap(base_, total_bytes());
 }
 
-void doorbell_wait(Doorbell* d, uint32_t seen, int timeout_us) {
-  d->sleeping.store(1, std::memory_order_seq_cst);
-  if (d->seq.load(std::memory_order_seq_cst) == seen) {
+void doorbell_wait(Doorbell* d, uint32_t seen, int timeout_us, bool (*has_news)(void*), void* ctx) {
+  d->sleeping.fetch_add(1, std::memory_order_seq_cst);
+  // Pairs with the fence in doorbell_ring_if_sleeping: either the writer sees this sleeper, or
+  // the look below sees what it wrote.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (d->seq.load(std::memory_order_seq_cst) == seen && !(has_news && has_news(ctx))) {
     struct timespec ts;
     ts.tv_sec = timeout_us / 1000000;
     ts.tv_nsec = (timeout_us % 1000000) * 1000L;
     syscall(SYS_futex, reinterpret_cast<uint32_t*>(&d->seq), FUTEX_WAIT, seen, &ts, nullptr, 0);
   }
-  d->sleeping.store(0, std::memory_order_relaxed);
+  d->sleeping.fetch_sub(1, std::memory_order_relaxed);
 }
 
 void doorbell_ring(Doorbell* d) {
@@ -124,6 +127,11 @@ void doorbell_ring(Doorbell* d) {
     // waits on it (millisecond stalls in the middle of a collective).
     syscall(SYS_futex, reinterpret_cast<uint32_t*>(&d->seq), FUTEX_WAKE, INT32_MAX, nullptr, nullptr,
             0);
+}
+
+void doorbell_ring_if_sleeping(Doorbell* d) {
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (d->sleeping.load(std::memory_order_relaxed)) doorbell_ring(d);
 }
 
 ShmLink::ShmLink(ShmSegment* seg, bool control, int my_local, int peer_local)
@@ -163,12 +171,20 @@ void ShmLink::consume(size_t n) {
 // new tail, or this load sees the writer's flag. Only the writer clears the flag.
 void ShmLink::notify_space_freed() {
   std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (in_->writer_waits.load(std::memory_order_relaxed)) doorbell_ring(peer_bell_);
+  if (in_->writer_waits.load(std::memory_order_relaxed)) doorbell_ring_if_sleeping(peer_bell_);
+}
+
+bool ShmLink::has_news() const {
+  if (in_->head.load(std::memory_order_acquire) != in_->tail.load(std::memory_order_relaxed))
+    return true;
+  if (!told_waiting_.load(std::memory_order_relaxed)) return false;
+  uint64_t used = out_->head.load(std::memory_order_relaxed) - out_->tail.load(std::memory_order_acquire);
+  return used < cap_;
 }
 
 void ShmLink::wait_for_space(bool waiting) {
-  if (waiting == told_waiting_) return;
-  told_waiting_ = waiting;
+  if (waiting == told_waiting_.load(std::memory_order_relaxed)) return;
+  told_waiting_.store(waiting, std::memory_order_relaxed);
   out_->writer_waits.store(waiting ? 1 : 0, std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_seq_cst);
 }

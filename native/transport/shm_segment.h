@@ -19,9 +19,12 @@ struct alignas(64) RingHeader {
   char pad1[56];
 };
 
+// A rank's futex word. Sleepers announce themselves (sleeping) and then look for news once more;
+// peers that wrote to this rank ring only when someone sleeps (doorbell_ring_if_sleeping), so a
+// busy pair of ranks exchanges data without touching each other's doorbell line at all.
 struct alignas(64) Doorbell {
-  std::atomic<uint32_t> seq;       // bumped by any peer that made progress relevant to this rank
-  std::atomic<uint32_t> sleeping;  // 1 while the owner may be in futex_wait
+  std::atomic<uint32_t> seq;       // bumped by every ring
+  std::atomic<uint32_t> sleeping;  // threads of the owner that may be in futex_wait
   std::atomic<uint32_t> pid;       // owner's pid, for liveness checks
   char pad[52];
 };
@@ -52,9 +55,16 @@ class ShmSegment {
   bool unlinked_ = false;
 };
 
-// Blocks the calling thread until doorbell->seq != seen or timeout_us passes.
-void doorbell_wait(Doorbell* d, uint32_t seen, int timeout_us);
+// Blocks the calling thread until doorbell->seq != seen or timeout_us passes, unless
+// has_news(ctx), asked after announcing the sleep, says there is work already.
+void doorbell_wait(Doorbell* d, uint32_t seen, int timeout_us, bool (*has_news)(void*) = nullptr,
+                   void* ctx = nullptr);
+// Bumps seq and wakes every sleeper: for signals a sleeper cannot see by looking (a local
+// thread's request, a hand-over).
 void doorbell_ring(Doorbell* d);
+// For data written to (or space freed in) a ring the owner re-checks before sleeping: rings only
+// if the owner may sleep. Call after the ring's head/tail store.
+void doorbell_ring_if_sleeping(Doorbell* d);
 
 // A PeerLink over two rings of a ShmSegment (mine→peer for sending, peer→mine for receiving).
 class ShmLink : public PeerLink {
@@ -64,9 +74,10 @@ class ShmLink : public PeerLink {
   std::pair<const uint8_t*, size_t> peek() override;
   void consume(size_t n) override;
   size_t alignment() const override { return 64; }
-  void notify_peer() override { doorbell_ring(peer_bell_); }
+  void notify_peer() override { doorbell_ring_if_sleeping(peer_bell_); }
   void notify_space_freed() override;
   void wait_for_space(bool waiting) override;
+  bool has_news() const override;
 
  private:
   RingHeader* out_;
@@ -75,7 +86,8 @@ class ShmLink : public PeerLink {
   uint8_t* in_data_;
   size_t cap_;
   Doorbell* peer_bell_;
-  bool told_waiting_ = false;  // last value this writer stored in out_->writer_waits
+  // Last value this writer stored in out_->writer_waits (read by has_news on a sleeping thread).
+  std::atomic<bool> told_waiting_{false};
 };
 
 }  // namespace hs

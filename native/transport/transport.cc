@@ -191,9 +191,17 @@ void Transport::notify_written(int peer, PeerLink* link) {
   else link->notify_peer();
 }
 
+bool Transport::has_news() const {
+  for (int p = 0; p < size_; ++p) {
+    if (p == rank_) continue;
+    if ((data_[p] && data_[p]->has_news()) || (ctrl_[p] && ctrl_[p]->has_news())) return true;
+  }
+  return false;
+}
+
 void Transport::wait_for_activity(uint32_t token, int timeout_us) {
   if (remote_fds_.empty()) {
-    doorbell_wait(my_bell_, token, timeout_us);
+    doorbell_wait(my_bell_, token, timeout_us, &Transport::has_news_thunk, this);
     return;
   }
   // Sockets and the futex cannot be waited on together: poll the sockets in short slices and
@@ -201,11 +209,11 @@ void Transport::wait_for_activity(uint32_t token, int timeout_us) {
   std::vector<pollfd> fds;
   for (int fd : remote_fds_) fds.push_back({fd, POLLIN, 0});
   int64_t end = now_us() + timeout_us;
-  while (my_bell_->seq.load() == token) {
+  while (my_bell_->seq.load() == token && !has_news()) {
     int slice = static_cast<int>(std::min<int64_t>(end - now_us(), 200));
     if (slice <= 0) return;
     if (poll(fds.data(), fds.size(), slice > 1000 ? slice / 1000 : 0) > 0) return;
-    doorbell_wait(my_bell_, token, slice);
+    doorbell_wait(my_bell_, token, slice, &Transport::has_news_thunk, this);
   }
 }
 

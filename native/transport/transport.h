@@ -91,6 +91,8 @@ class Transport {
   };
   void setup_shared_memory(const std::vector<PeerAddress>& peers, const TransportOptions& opt);
   void notify_written(int peer, PeerLink* link);  // notify_peer now, or owed while holding
+  bool has_news() const;                           // any shared-memory link's has_news()
+  static bool has_news_thunk(void* self) { return static_cast<Transport*>(self)->has_news(); }
   void wait_in_exchange(uint32_t token, const std::vector<int>& peers, int64_t& idle_since_us,
                         int& spins);
 
