@@ -226,3 +226,34 @@ def test_collectives_from_two_threads_in_crossing_orders_stay_exact_and_live():
     # have gone ahead on its own: speculative_sent is not asserted).
     for wrong, alive, _ in run_local(_two_threads_opposite_orders, num_proc=2, timeout=TIMEOUT):
         assert wrong == [] and not alive
+
+
+def _idle_beside_early_input():
+    import time
+
+    import numpy as np
+    from horovod_spark.common import _core, basics, ops
+
+    basics.init()
+    x = np.ones(1024, np.float32)
+    for _ in range(20):
+        ops.allreduce("x", x.ctypes.data, x.ctypes.data, "float32", x.shape, ops.Sum)
+    cpu = []
+    for _ in range(3):
+        if basics.rank() == 0:
+            # Rank 1 has already sent this round's input; rank 0 is busy elsewhere meanwhile.
+            started = time.process_time()
+            time.sleep(0.3)
+            cpu.append(time.process_time() - started)
+        ops.allreduce("x", x.ctypes.data, x.ctypes.data, "float32", x.shape, ops.Sum)
+    sent = _core.stats()["speculative_sent"]
+    basics.shutdown()
+    return cpu, sent
+
+
+def test_a_rank_does_not_spin_while_a_peers_early_input_waits_for_it():
+    # Unread early-sent bytes are no reason to stay awake: the engine thread once looked at them
+    # before every sleep, never slept, and took a whole CPU from the rank's own work.
+    (cpu, sent), _ = run_local(_idle_beside_early_input, num_proc=2, timeout=TIMEOUT)
+    assert sent > 0
+    assert max(cpu) < 0.1, "rank 0 used %s CPU seconds per 0.3 s of sleep" % cpu

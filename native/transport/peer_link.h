@@ -27,10 +27,10 @@ class PeerLink {
   // The writer side: `waiting` true once a send could not write everything (then try the send
   // once more before sleeping: freed space is announced only after this), false when it could.
   virtual void wait_for_space(bool waiting) { (void)waiting; }
-  // Bytes to read, or room to write while the writer waits for it: what a thread about to sleep
-  // on the doorbell looks at once more after announcing its sleep (shared memory only; sockets
-  // are polled).
-  virtual bool has_news() const { return false; }
+  // A number that changes whenever bytes arrive or the peer frees room (shared memory only;
+  // sockets are polled): a thread about to sleep on the doorbell compares it with the value it
+  // saw before its last look for work, after announcing its sleep.
+  virtual uint64_t news_mark() const { return 0; }
   // A socket to poll() for readiness, or -1 for shared memory (woken through the doorbell instead).
   virtual int poll_fd() const { return -1; }
 };

@@ -174,17 +174,14 @@ void ShmLink::notify_space_freed() {
   if (in_->writer_waits.load(std::memory_order_relaxed)) doorbell_ring_if_sleeping(peer_bell_);
 }
 
-bool ShmLink::has_news() const {
-  if (in_->head.load(std::memory_order_acquire) != in_->tail.load(std::memory_order_relaxed))
-    return true;
-  if (!told_waiting_.load(std::memory_order_relaxed)) return false;
-  uint64_t used = out_->head.load(std::memory_order_relaxed) - out_->tail.load(std::memory_order_acquire);
-  return used < cap_;
+uint64_t ShmLink::news_mark() const {
+  // Both only grow: their sum changes whenever either does.
+  return in_->head.load(std::memory_order_acquire) + out_->tail.load(std::memory_order_acquire);
 }
 
 void ShmLink::wait_for_space(bool waiting) {
-  if (waiting == told_waiting_.load(std::memory_order_relaxed)) return;
-  told_waiting_.store(waiting, std::memory_order_relaxed);
+  if (waiting == told_waiting_) return;
+  told_waiting_ = waiting;
   out_->writer_waits.store(waiting ? 1 : 0, std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_seq_cst);
 }

@@ -77,7 +77,7 @@ class ShmLink : public PeerLink {
   void notify_peer() override { doorbell_ring_if_sleeping(peer_bell_); }
   void notify_space_freed() override;
   void wait_for_space(bool waiting) override;
-  bool has_news() const override;
+  uint64_t news_mark() const override;
 
  private:
   RingHeader* out_;
@@ -86,8 +86,7 @@ class ShmLink : public PeerLink {
   uint8_t* in_data_;
   size_t cap_;
   Doorbell* peer_bell_;
-  // Last value this writer stored in out_->writer_waits (read by has_news on a sleeping thread).
-  std::atomic<bool> told_waiting_{false};
+  bool told_waiting_ = false;  // last value this writer stored in out_->writer_waits
 };
 
 }  // namespace hs

@@ -168,7 +168,25 @@ void Transport::setup_shared_memory(const std::vector<PeerAddress>& peers,
   }
 }
 
-uint32_t Transport::activity_token() const { return my_bell_->seq.load(std::memory_order_seq_cst); }
+namespace {
+// The news marks seen by this thread's last activity_token(), link by link. Unread bytes that
+// were already there then are no news: the thread looked and had no use for them yet (a peer's
+// early-sent input, say), and counting them would keep it from ever sleeping.
+thread_local std::vector<uint64_t> tl_news_marks;
+}  // namespace
+
+uint32_t Transport::activity_token() const {
+  uint32_t token = my_bell_->seq.load(std::memory_order_seq_cst);
+  if (shm_) {
+    tl_news_marks.resize(2 * static_cast<size_t>(size_));
+    for (int p = 0; p < size_; ++p) {
+      if (p == rank_) continue;
+      tl_news_marks[2 * p] = data_[p] ? data_[p]->news_mark() : 0;
+      tl_news_marks[2 * p + 1] = ctrl_[p] ? ctrl_[p]->news_mark() : 0;
+    }
+  }
+  return token;
+}
 
 void Transport::notify_self() { doorbell_ring(my_bell_); }
 
@@ -192,9 +210,12 @@ void Transport::notify_written(int peer, PeerLink* link) {
 }
 
 bool Transport::has_news() const {
+  if (!shm_ || tl_news_marks.size() != 2 * static_cast<size_t>(size_)) return false;
   for (int p = 0; p < size_; ++p) {
     if (p == rank_) continue;
-    if ((data_[p] && data_[p]->has_news()) || (ctrl_[p] && ctrl_[p]->has_news())) return true;
+    if ((data_[p] && data_[p]->news_mark() != tl_news_marks[2 * p]) ||
+        (ctrl_[p] && ctrl_[p]->news_mark() != tl_news_marks[2 * p + 1]))
+      return true;
   }
   return false;
 }

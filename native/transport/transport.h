@@ -68,7 +68,8 @@ class Transport {
   bool has_unsent_control() const;
 
   // Sleep until a peer or a local thread signals activity, or timeout. Read the token first,
-  // then look for work, then wait with it: a signal in between is never lost.
+  // then look for work, then wait with it (on the same thread): a signal or a message in between
+  // is never lost. Reading the token also notes every link's news_mark for this thread.
   uint32_t activity_token() const;
   void wait_for_activity(uint32_t token, int timeout_us);
   void notify_self();
@@ -91,7 +92,7 @@ class Transport {
   };
   void setup_shared_memory(const std::vector<PeerAddress>& peers, const TransportOptions& opt);
   void notify_written(int peer, PeerLink* link);  // notify_peer now, or owed while holding
-  bool has_news() const;                           // any shared-memory link's has_news()
+  bool has_news() const;  // a link's news_mark moved since this thread's activity_token()
   static bool has_news_thunk(void* self) { return static_cast<Transport*>(self)->has_news(); }
   void wait_in_exchange(uint32_t token, const std::vector<int>& peers, int64_t& idle_since_us,
                         int& spins);
