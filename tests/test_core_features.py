@@ -37,6 +37,19 @@ def _features(timeline_path):
     for h in hs:
         ops.wait(h)
     out["grouped"] = [float(g[0][0]), float(g[1][0])]
+    # A bad member (a negative dimension) is refused before any member is queued: the same
+    # names then go through at once instead of finding a half-submitted group in flight.
+    try:
+        ops.grouped_allreduce_async(["g.a", "g.b"], [x.ctypes.data for x in g], [x.ctypes.data for x in g],
+                                    "float64", [g[0].shape, (-3,)], ops.Sum)
+        out["bad_member"] = "accepted"
+    except ValueError as exc:
+        out["bad_member"] = str(exc)
+    for h in ops.grouped_allreduce_async(["g.a", "g.b"], [x.ctypes.data for x in g],
+                                         [x.ctypes.data for x in g], "float64", [x.shape for x in g],
+                                         ops.Sum):
+        ops.wait(h)
+    out["grouped_again"] = [float(g[0][0]), float(g[1][0])]
 
     # Process set of ranks {0, 2}: rank 1 is not in it and does other work meanwhile.
     ps = process_sets.add_process_set([0, 2])
@@ -75,6 +88,8 @@ def test_fusion_cache_grouped_process_sets_join_and_timeline(tmp_path):
         assert out["cached_requests"] >= 32 * 3 if r else True, out  # steps 2..5 sent cache ids
         assert out["cached_responses"] > 0, out
         assert out["grouped"] == [1.0, 2.0]
+        assert "negative dimension" in out["bad_member"], out["bad_member"]
+        assert out["grouped_again"] == [3.0, 6.0]
         assert out["ps_value"] == (2.0 if r in (0, 2) else 1.0)
         assert out["ps_rank"] == {0: 0, 1: None, 2: 1}[r]
         assert out["joined_result"] == 1.0     # only rank 0 contributed: the others joined

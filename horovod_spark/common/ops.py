@@ -121,12 +121,14 @@ def grouped_allreduce_async(names, in_ptrs, out_ptrs, dtype, shapes, op=Average,
         return []
     if not (len(names) == len(in_ptrs) == len(out_ptrs) == len(shapes)):
         raise ValueError("grouped_allreduce: names, buffers and shapes must have equal lengths")
-    dtypes = [dtype] * len(names) if isinstance(dtype, str) else list(dtype)
+    codes = ([_dtype_code(dtype)] * len(names) if isinstance(dtype, str)
+             else [_dtype_code(d) for d in dtype])
+    if not isinstance(names[0], str):
+        raise ValueError("collective name must be a non-empty string, got %r" % (names[0],))
     group = "group:" + names[0] + ":%d" % len(names)
-    return [_submit(OP_ALLREDUCE, n, i, o, d, s, reduce_op=op, prescale=prescale,
-                    postscale=postscale, process_set_id=process_set_id, group=group,
-                    group_size=len(names))
-            for n, i, o, d, s in zip(names, in_ptrs, out_ptrs, dtypes, shapes)]
+    # One call for the whole group: the core checks every member before queueing any.
+    return _core.enqueue_allreduce_group(names, in_ptrs, out_ptrs, codes, shapes, int(op),
+                                         float(prescale), float(postscale), int(process_set_id), group)
 
 
 def allgather_async(name, in_ptr, dtype, shape, process_set_id=0) -> int:

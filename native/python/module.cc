@@ -243,6 +243,91 @@ PyObject* enqueue_allreduce(PyObject*, PyObject* const* args, Py_ssize_t nargs) 
   return nullptr;
 }
 
+// enqueue_allreduce_group(names, in_ptrs, out_ptrs, dtypes, shapes, op, prescale, postscale,
+//                         process_set, group) -> list of handles: the members of one grouped
+// allreduce (lists of equal length; dtypes are codes). Every request is built, and so checked,
+// before the first is queued: a bad member leaves no partial group behind to stall the others.
+PyObject* enqueue_allreduce_group(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 10) {
+    PyErr_Format(PyExc_TypeError, "enqueue_allreduce_group takes 10 arguments (%zd given)", nargs);
+    return nullptr;
+  }
+  const char* const what[] = {"names", "in_ptrs", "out_ptrs", "dtypes", "shapes"};
+  PyObject* seqs[5] = {nullptr, nullptr, nullptr, nullptr, nullptr};
+  auto release = [&] {
+    for (PyObject* q : seqs) Py_XDECREF(q);
+  };
+  Py_ssize_t n = -1;
+  for (int k = 0; k < 5; ++k) {
+    seqs[k] = PySequence_Fast(args[k], "enqueue_allreduce_group: expected lists");
+    if (!seqs[k]) return release(), nullptr;
+    Py_ssize_t len = PySequence_Fast_GET_SIZE(seqs[k]);
+    if (n >= 0 && len != n) {
+      PyErr_Format(PyExc_ValueError, "grouped_allreduce: %s has %zd entries, names has %zd", what[k], len, n);
+      return release(), nullptr;
+    }
+    n = len;
+  }
+  try {
+    long long op, process_set;
+    double prescale, postscale;
+    Py_ssize_t group_len;
+    const char* group = PyUnicode_Check(args[9]) ? PyUnicode_AsUTF8AndSize(args[9], &group_len) : nullptr;
+    if (!group) {
+      if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "grouped_allreduce: group must be a str");
+      return release(), nullptr;
+    }
+    if (!arg_long(args[5], "op", &op) || !arg_double(args[6], "prescale", &prescale) ||
+        !arg_double(args[7], "postscale", &postscale) || !arg_long(args[8], "process_set", &process_set))
+      return release(), nullptr;
+    const std::string group_name(group, group_len);
+    static const std::vector<int64_t> no_splits;
+    std::vector<TensorRequest> reqs(static_cast<size_t>(n));
+    std::vector<int64_t> shape;
+    for (Py_ssize_t i = 0; i < n; ++i) {
+      PyObject* name = PySequence_Fast_GET_ITEM(seqs[0], i);
+      Py_ssize_t name_len;
+      const char* name_utf8 = PyUnicode_Check(name) ? PyUnicode_AsUTF8AndSize(name, &name_len) : nullptr;
+      if (!name_utf8 || name_len == 0) {
+        if (!PyErr_Occurred())
+          PyErr_SetString(PyExc_ValueError, "grouped_allreduce: every name must be a non-empty str");
+        return release(), nullptr;
+      }
+      unsigned long long in_ptr = PyLong_AsUnsignedLongLong(PySequence_Fast_GET_ITEM(seqs[1], i));
+      if (PyErr_Occurred()) return release(), nullptr;
+      unsigned long long out_ptr = PyLong_AsUnsignedLongLong(PySequence_Fast_GET_ITEM(seqs[2], i));
+      if (PyErr_Occurred()) return release(), nullptr;
+      long long dtype;
+      if (!arg_long(PySequence_Fast_GET_ITEM(seqs[3], i), "dtype", &dtype) ||
+          !arg_shape(PySequence_Fast_GET_ITEM(seqs[4], i), &shape))
+        return release(), nullptr;
+      reqs[static_cast<size_t>(i)] =
+          make_request(static_cast<int>(OpType::kAllreduce), std::string(name_utf8, name_len), in_ptr,
+                       out_ptr, static_cast<int>(dtype), shape, 0, static_cast<int>(op), prescale,
+                       postscale, static_cast<int>(process_set), group_name, static_cast<int>(n),
+                       no_splits);
+    }
+    release();
+    Engine* e = fast_engine();
+    if (!e) return nullptr;
+    PyObject* handles = PyList_New(n);
+    if (!handles) return nullptr;
+    for (Py_ssize_t i = 0; i < n; ++i) {
+      // One wake-up of the engine thread for the whole group.
+      int64_t h = e->enqueue(std::move(reqs[static_cast<size_t>(i)]), i + 1 == n);
+      PyList_SET_ITEM(handles, i, PyLong_FromLongLong(h));
+    }
+    return handles;
+  } catch (const std::invalid_argument& ex) {
+    release();
+    PyErr_SetString(PyExc_ValueError, ex.what());
+  } catch (const std::exception& ex) {
+    release();
+    PyErr_SetString(PyExc_RuntimeError, ex.what());
+  }
+  return nullptr;
+}
+
 template <PyObject* (*F)(PyObject*, PyObject* const*, Py_ssize_t)>
 PyMethodDef fastcall_def(const char* name, const char* doc) {
   return {name, reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(F)), METH_FASTCALL, doc};
@@ -252,6 +337,10 @@ PyMethodDef g_run_allreduce_def = fastcall_def<run_allreduce>(
     "run_allreduce",
     "run_allreduce(name, in_ptr, out_ptr, dtype, shape, op, prescale, postscale, process_set): "
     "enqueue + wait_take of an allreduce.");
+PyMethodDef g_enqueue_allreduce_group_def = fastcall_def<enqueue_allreduce_group>(
+    "enqueue_allreduce_group",
+    "enqueue_allreduce_group(names, in_ptrs, out_ptrs, dtypes, shapes, op, prescale, postscale, "
+    "process_set, group) -> list of handles.");
 PyMethodDef g_enqueue_allreduce_def = fastcall_def<enqueue_allreduce>(
     "enqueue_allreduce",
     "enqueue_allreduce(name, in_ptr, out_ptr, dtype, shape, op, prescale, postscale, "
@@ -278,7 +367,7 @@ PYBIND11_MODULE(_core, m) {
     return e.wait(h, timeout);
   });
   m.def("take", &take);
-  for (PyMethodDef* def : {&g_run_allreduce_def, &g_enqueue_allreduce_def})
+  for (PyMethodDef* def : {&g_run_allreduce_def, &g_enqueue_allreduce_def, &g_enqueue_allreduce_group_def})
     m.add_object(def->ml_name, py::reinterpret_steal<py::object>(
                                    PyCFunction_NewEx(def, nullptr, m.attr("__name__").ptr())));
   m.def("wait_take", [](int64_t h, double timeout) -> py::object {
