@@ -207,8 +207,22 @@ Engine* fast_engine() {
   return e;
 }
 
-PyObject* run_allreduce(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+// Runs body() (a new reference, or nullptr with a Python error set), turning a C++ exception
+// into the matching Python one.
+template <class F>
+PyObject* with_python_errors(F&& body) {
   try {
+    return body();
+  } catch (const std::invalid_argument& ex) {
+    PyErr_SetString(PyExc_ValueError, ex.what());
+  } catch (const std::exception& ex) {
+    PyErr_SetString(PyExc_RuntimeError, ex.what());
+  }
+  return nullptr;
+}
+
+PyObject* run_allreduce(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  return with_python_errors([&]() -> PyObject* {
     TensorRequest req;
     Engine* e;
     if (!parse_allreduce(args, nargs, &req) || !(e = fast_engine())) return nullptr;
@@ -221,26 +235,16 @@ PyObject* run_allreduce(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     if (!done) return PyLong_FromLongLong(h);
     if (e->handles().take_if_plain(h)) Py_RETURN_TRUE;
     return take(h).release().ptr();
-  } catch (const std::invalid_argument& ex) {
-    PyErr_SetString(PyExc_ValueError, ex.what());
-  } catch (const std::exception& ex) {
-    PyErr_SetString(PyExc_RuntimeError, ex.what());
-  }
-  return nullptr;
+  });
 }
 
 PyObject* enqueue_allreduce(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  try {
+  return with_python_errors([&]() -> PyObject* {
     TensorRequest req;
     Engine* e;
     if (!parse_allreduce(args, nargs, &req) || !(e = fast_engine())) return nullptr;
     return PyLong_FromLongLong(e->enqueue(std::move(req)));
-  } catch (const std::invalid_argument& ex) {
-    PyErr_SetString(PyExc_ValueError, ex.what());
-  } catch (const std::exception& ex) {
-    PyErr_SetString(PyExc_RuntimeError, ex.what());
-  }
-  return nullptr;
+  });
 }
 
 // enqueue_allreduce_group(names, in_ptrs, out_ptrs, dtypes, shapes, op, prescale, postscale,
@@ -252,62 +256,63 @@ PyObject* enqueue_allreduce_group(PyObject*, PyObject* const* args, Py_ssize_t n
     PyErr_Format(PyExc_TypeError, "enqueue_allreduce_group takes 10 arguments (%zd given)", nargs);
     return nullptr;
   }
+  struct Lists {  // the five per-member arguments as fast sequences, released on every way out
+    PyObject* seq[5] = {nullptr, nullptr, nullptr, nullptr, nullptr};
+    ~Lists() {
+      for (PyObject* q : seq) Py_XDECREF(q);
+    }
+  } lists;
   const char* const what[] = {"names", "in_ptrs", "out_ptrs", "dtypes", "shapes"};
-  PyObject* seqs[5] = {nullptr, nullptr, nullptr, nullptr, nullptr};
-  auto release = [&] {
-    for (PyObject* q : seqs) Py_XDECREF(q);
-  };
   Py_ssize_t n = -1;
   for (int k = 0; k < 5; ++k) {
-    seqs[k] = PySequence_Fast(args[k], "enqueue_allreduce_group: expected lists");
-    if (!seqs[k]) return release(), nullptr;
-    Py_ssize_t len = PySequence_Fast_GET_SIZE(seqs[k]);
+    lists.seq[k] = PySequence_Fast(args[k], "enqueue_allreduce_group: expected lists");
+    if (!lists.seq[k]) return nullptr;
+    Py_ssize_t len = PySequence_Fast_GET_SIZE(lists.seq[k]);
     if (n >= 0 && len != n) {
       PyErr_Format(PyExc_ValueError, "grouped_allreduce: %s has %zd entries, names has %zd", what[k], len, n);
-      return release(), nullptr;
+      return nullptr;
     }
     n = len;
   }
-  try {
+  return with_python_errors([&]() -> PyObject* {
     long long op, process_set;
     double prescale, postscale;
     Py_ssize_t group_len;
     const char* group = PyUnicode_Check(args[9]) ? PyUnicode_AsUTF8AndSize(args[9], &group_len) : nullptr;
     if (!group) {
       if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "grouped_allreduce: group must be a str");
-      return release(), nullptr;
+      return nullptr;
     }
     if (!arg_long(args[5], "op", &op) || !arg_double(args[6], "prescale", &prescale) ||
         !arg_double(args[7], "postscale", &postscale) || !arg_long(args[8], "process_set", &process_set))
-      return release(), nullptr;
+      return nullptr;
     const std::string group_name(group, group_len);
     static const std::vector<int64_t> no_splits;
     std::vector<TensorRequest> reqs(static_cast<size_t>(n));
     std::vector<int64_t> shape;
     for (Py_ssize_t i = 0; i < n; ++i) {
-      PyObject* name = PySequence_Fast_GET_ITEM(seqs[0], i);
+      PyObject* name = PySequence_Fast_GET_ITEM(lists.seq[0], i);
       Py_ssize_t name_len;
       const char* name_utf8 = PyUnicode_Check(name) ? PyUnicode_AsUTF8AndSize(name, &name_len) : nullptr;
       if (!name_utf8 || name_len == 0) {
         if (!PyErr_Occurred())
           PyErr_SetString(PyExc_ValueError, "grouped_allreduce: every name must be a non-empty str");
-        return release(), nullptr;
+        return nullptr;
       }
-      unsigned long long in_ptr = PyLong_AsUnsignedLongLong(PySequence_Fast_GET_ITEM(seqs[1], i));
-      if (PyErr_Occurred()) return release(), nullptr;
-      unsigned long long out_ptr = PyLong_AsUnsignedLongLong(PySequence_Fast_GET_ITEM(seqs[2], i));
-      if (PyErr_Occurred()) return release(), nullptr;
+      unsigned long long in_ptr = PyLong_AsUnsignedLongLong(PySequence_Fast_GET_ITEM(lists.seq[1], i));
+      if (PyErr_Occurred()) return nullptr;
+      unsigned long long out_ptr = PyLong_AsUnsignedLongLong(PySequence_Fast_GET_ITEM(lists.seq[2], i));
+      if (PyErr_Occurred()) return nullptr;
       long long dtype;
-      if (!arg_long(PySequence_Fast_GET_ITEM(seqs[3], i), "dtype", &dtype) ||
-          !arg_shape(PySequence_Fast_GET_ITEM(seqs[4], i), &shape))
-        return release(), nullptr;
+      if (!arg_long(PySequence_Fast_GET_ITEM(lists.seq[3], i), "dtype", &dtype) ||
+          !arg_shape(PySequence_Fast_GET_ITEM(lists.seq[4], i), &shape))
+        return nullptr;
       reqs[static_cast<size_t>(i)] =
           make_request(static_cast<int>(OpType::kAllreduce), std::string(name_utf8, name_len), in_ptr,
                        out_ptr, static_cast<int>(dtype), shape, 0, static_cast<int>(op), prescale,
                        postscale, static_cast<int>(process_set), group_name, static_cast<int>(n),
                        no_splits);
     }
-    release();
     Engine* e = fast_engine();
     if (!e) return nullptr;
     PyObject* handles = PyList_New(n);
@@ -318,14 +323,7 @@ PyObject* enqueue_allreduce_group(PyObject*, PyObject* const* args, Py_ssize_t n
       PyList_SET_ITEM(handles, i, PyLong_FromLongLong(h));
     }
     return handles;
-  } catch (const std::invalid_argument& ex) {
-    release();
-    PyErr_SetString(PyExc_ValueError, ex.what());
-  } catch (const std::exception& ex) {
-    release();
-    PyErr_SetString(PyExc_RuntimeError, ex.what());
-  }
-  return nullptr;
+  });
 }
 
 template <PyObject* (*F)(PyObject*, PyObject* const*, Py_ssize_t)>
