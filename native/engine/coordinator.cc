@@ -63,7 +63,10 @@ void Coordinator::add_request(int rank, const RequestMeta& meta, int32_t cache_i
     handle_join(rank);
     return;
   }
-  std::string k = key(meta);
+  std::string computed;
+  const bool cached = cache_id >= 0 && cache_id < static_cast<int32_t>(cached_keys_.size());
+  if (!cached) computed = key(meta);
+  const std::string& k = cached ? cached_keys_[static_cast<size_t>(cache_id)] : computed;
   auto earlier = pending_.find(k);
   if (earlier != pending_.end() && earlier->second.by_rank.count(rank)) {
     deferred_[k].push_back(Deferred{rank, meta, cache_id, spec_seq});
@@ -325,6 +328,7 @@ Response Coordinator::build_response(const std::string& k, Pending& p) {
       int32_t id = static_cast<int32_t>(cached_requests_.size());
       cache_by_signature_[sig] = id;
       cached_requests_.push_back(first);
+      cached_keys_.push_back(key(first));
       r.cache_ids = {id};
       cached_responses_.push_back(r);
     }

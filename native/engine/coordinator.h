@@ -57,7 +57,7 @@ class Coordinator {
 
   int size_;
   Config cfg_;
-  std::map<std::string, Pending> pending_;
+  std::unordered_map<std::string, Pending> pending_;  // by key(): "<process set>/<name>"
   // A rank that finished a round on its own (speculative allreduce) may submit the same tensor's
   // next round before this coordinator has closed the previous one: held here, in order, until
   // that round leaves pending_.
@@ -77,6 +77,7 @@ class Coordinator {
   // response cache
   std::unordered_map<std::string, int32_t> cache_by_signature_;
   std::vector<RequestMeta> cached_requests_;
+  std::vector<std::string> cached_keys_;  // key() of each cached request: built once, not per step
   std::vector<Response> cached_responses_;
   std::vector<Response> join_responses_;
 };

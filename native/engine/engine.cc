@@ -475,6 +475,9 @@ bool Engine::receive_responses() {
       if (r.get<uint8_t>() == kCachedResponses) {
         std::vector<int32_t> ids = r.get_vec<int32_t>();
         Response fused = cached_responses_.at(ids[0]);
+        fused.names.reserve(ids.size());
+        fused.shapes.reserve(ids.size());
+        fused.cache_ids.reserve(ids.size());
         for (size_t j = 1; j < ids.size(); ++j) {
           const Response& part = cached_responses_.at(ids[j]);
           fused.names.push_back(part.names[0]);

@@ -13,6 +13,7 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "common/config.h"
@@ -135,7 +136,7 @@ class Engine {
 
   std::mutex queue_mu_;  // guards queue_, inflight_, failed_, gone_, process_sets_
   std::vector<TensorRequest> queue_;
-  std::set<std::string> inflight_;
+  std::unordered_set<std::string> inflight_;
   std::string failed_;
   std::set<int> gone_;
   std::map<int32_t, std::vector<int32_t>> process_sets_;

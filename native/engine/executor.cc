@@ -163,10 +163,12 @@ void Engine::execute_allreduce(const Response& r, Group& g) {
   if (fusion_buffer_.size() < total) fusion_buffer_.resize(total);
   uint8_t* buf = fusion_buffer_.data();
   if (timeline_.active()) for (auto& n : r.names) timeline_.begin(n, "MEMCPY_IN_FUSION_BUFFER");
+  // Each member's entry, looked up once (finishing one member leaves the others' iterators valid).
+  std::vector<decltype(entries_)::iterator> members(r.names.size());
   size_t off = 0;
   for (size_t i = 0; i < r.names.size(); ++i) {
     size_t b = r.tensor_bytes(i);
-    auto it = entries_.find(key_of(r.process_set, r.names[i]));
+    auto it = members[i] = entries_.find(key_of(r.process_set, r.names[i]));
     if (it != entries_.end()) std::memcpy(buf + off, it->second.in, b);
     else std::memset(buf + off, 0, b);  // this rank joined: it contributes zeros
     off += b;
@@ -180,12 +182,11 @@ void Engine::execute_allreduce(const Response& r, Group& g) {
   off = 0;
   for (size_t i = 0; i < r.names.size(); ++i) {
     size_t b = r.tensor_bytes(i);
-    std::string key = key_of(r.process_set, r.names[i]);
-    auto it = entries_.find(key);
+    auto it = members[i];
     if (it != entries_.end()) {
       std::memcpy(it->second.out, buf + off, b);
       if (timeline_.active()) timeline_.end(r.names[i]);
-      finish(key, HandleResult{});
+      finish(it->first, HandleResult{});
     }
     off += b;
   }
