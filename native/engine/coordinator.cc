@@ -54,7 +54,7 @@ const RequestMeta* Coordinator::cached_request(int32_t id) const {
 }
 
 std::string Coordinator::key(const RequestMeta& m) const {
-  return std::to_string(m.process_set) + "/" + m.name;
+  return tensor_key(m.process_set, m.name);
 }
 
 void Coordinator::add_request(int rank, const RequestMeta& meta, int32_t cache_id,

@@ -110,9 +110,7 @@ class Engine {
   void finish(const std::string& key, HandleResult result);
   void fail_entry(const std::string& key, HandleError kind, const std::string& msg);
   void fatal(const std::string& msg);
-  std::string key_of(int32_t ps, const std::string& name) const {
-    return std::to_string(ps) + "/" + name;
-  }
+  std::string key_of(int32_t ps, const std::string& name) const { return tensor_key(ps, name); }
 
   int rank_, size_;
   Config cfg_;
@@ -160,9 +158,8 @@ class Engine {
   // peer (rank 0 included, for whom it is the request) "cache id X as my op number S". Until X
   // completes, the rank sends no other request (other threads' requests wait in the queue), so
   // the coordinator cannot order anything of this rank's before X, whose data is already on
-  // its way. When every rank said
-  // the same X and S, each one reduces on its own and the coordinator answers nothing: one hop
-  // instead of request, response and data. Otherwise the coordinator's response lists who sent
+  // its way. When every rank said the same X and S, each one reduces on its own and the
+  // coordinator answers nothing: one hop instead of request, response and data. Otherwise the coordinator's response lists who sent
   // early (Response::presend). S counts executed global-set responses plus speculative
   // completions, which is the same on every rank at the same point of a consistent program.
   struct Speculation {

@@ -15,6 +15,12 @@ enum class OpType : uint8_t {
 };
 const char* op_type_name(OpType t);
 
+// "<process set>/<name>": how the engine and the coordinator key a tensor (names are unique per
+// process set, not across them).
+inline std::string tensor_key(int32_t process_set, const std::string& name) {
+  return std::to_string(process_set) + "/" + name;
+}
+
 struct RequestMeta {
   OpType type = OpType::kAllreduce;
   std::string name;

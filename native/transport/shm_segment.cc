@@ -2,8 +2,6 @@
 
 #include <fcntl.h>
 #include <linux/futex.h>
-
-#include <cstdint>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>

@@ -29,6 +29,17 @@ constexpr size_t kMaxChunk = 256 << 10;  // bounded pieces let the receiver star
 constexpr int64_t kSpinUs = 50;
 constexpr int64_t kYieldUs = 500;
 
+// try_send; on a full ring, tell the reader we wait for space and try once more, so that room
+// freed in between is never missed (see PeerLink::wait_for_space).
+size_t send_or_wait_for_space(PeerLink* link, const uint8_t* p, size_t n) {
+  size_t sent = link->try_send(p, n);
+  if (sent == 0) {
+    link->wait_for_space(true);
+    sent = link->try_send(p, n);
+  }
+  return sent;
+}
+
 int64_t now_us() {
   return std::chrono::duration_cast<std::chrono::microseconds>(
              std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -347,17 +358,12 @@ void Transport::exchange(const std::vector<SendSpec>& sends, const std::vector<R
     bool progress = false;
     for (auto& s : ss) {
       if (s.off == s.total) continue;
-      bool moved = false, full = false;
+      bool moved = false;
       while (s.off < s.total) {
         size_t n = s.off < s.bytes
-                       ? s.link->try_send(s.p + s.off, std::min(s.bytes - s.off, kMaxChunk))
-                       : s.link->try_send(nullptr, s.total - s.off);  // alignment padding
-        if (n == 0) {
-          // Ask the reader to announce freed space, then look once more (see PeerLink).
-          if (full) break;
-          s.link->wait_for_space(full = true);
-          continue;
-        }
+                       ? send_or_wait_for_space(s.link, s.p + s.off, std::min(s.bytes - s.off, kMaxChunk))
+                       : send_or_wait_for_space(s.link, nullptr, s.total - s.off);  // alignment padding
+        if (n == 0) break;
         s.off += n;
         moved = true;
         if (n >= kMaxChunk) break;  // let the receiver start on this piece
@@ -444,20 +450,17 @@ bool Transport::progress_control() {
     if (p == rank_ || !ctrl_[p]) continue;
     auto& q = queues_[p];
     PeerLink* l = ctrl_[p].get();
-    bool sent = false, full = false;
+    bool sent = false;
     while (!q.out.empty() && !gone_[p]) {
       const std::string& m = q.out.front();
       size_t n;
       try {
-        n = l->try_send(reinterpret_cast<const uint8_t*>(m.data()) + q.out_off, m.size() - q.out_off);
+        n = send_or_wait_for_space(l, reinterpret_cast<const uint8_t*>(m.data()) + q.out_off,
+                                   m.size() - q.out_off);
       } catch (const TransportError&) {
         break;  // the liveness socket reports the peer's fate
       }
-      if (n == 0) {
-        if (full) break;
-        l->wait_for_space(full = true);  // then one more try (see PeerLink)
-        continue;
-      }
+      if (n == 0) break;
       q.out_off += n;
       sent = true;
       if (q.out_off == m.size()) { q.out.pop_front(); q.out_off = 0; }
