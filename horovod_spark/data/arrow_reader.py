@@ -124,13 +124,9 @@ class ArrowReader(Reader):
         plan = epoch_plan(self._unit_rows, order, self.rank, self.num_ranks, quota)
         if buffer is not None:
             buffer.reset(np.random.default_rng([self.seed, epoch, self.rank]))
-            batches = itertools.chain.from_iterable(buffer.add(chunk) for chunk in self._read(plan, pool))
-            yield from map(self._finish, itertools.chain(batches, buffer.drain()))
-            assert buffer.pending_rows == 0, "epoch plan rows must be a multiple of batch_size"
-            return
-        batcher = Rebatcher(self.batch_size)
-        for chunk in self._read(plan, pool):
-            yield from map(self._finish, batcher.push(chunk))
+        batcher = buffer if buffer is not None else Rebatcher(self.batch_size)
+        batches = itertools.chain.from_iterable(batcher.add(chunk) for chunk in self._read(plan, pool))
+        yield from map(self._finish, itertools.chain(batches, batcher.drain()))
         assert batcher.pending_rows == 0, "epoch plan rows must be a multiple of batch_size"
 
     def _finish(self, batch: dict):

@@ -108,22 +108,19 @@ class PetastormReader(Reader):
         remaining = self.steps_per_epoch * self.batch_size
         if buffer is not None:
             buffer.reset(np.random.default_rng([self.seed, epoch, self.rank]))
-        batcher = Rebatcher(self.batch_size)
+        batcher = buffer if buffer is not None else Rebatcher(self.batch_size)
         # Pass 0 is the shard once; later passes pad the epoch to its quota from the shard's start.
         for shard_pass in itertools.count():
             before = remaining
             for chunk in self._read_pass(epoch, shard_pass, remaining):
                 remaining -= len(chunk[self.columns[0]])
-                batches = buffer.add(chunk) if buffer is not None else batcher.push(chunk)
-                yield from map(self._finish, batches)
+                yield from map(self._finish, batcher.add(chunk))
             if remaining == 0:
                 break
             if remaining == before:
                 raise RuntimeError("Petastorm returned no rows for rank %d's shard of %s" % (self.rank, self.url))
-        if buffer is not None:
-            yield from map(self._finish, buffer.drain())
-        leftover = buffer.pending_rows if buffer is not None else batcher.pending_rows
-        assert leftover == 0, "an epoch's rows must be a multiple of batch_size"
+        yield from map(self._finish, batcher.drain())
+        assert batcher.pending_rows == 0, "an epoch's rows must be a multiple of batch_size"
 
     def _read_pass(self, epoch: int, shard_pass: int, limit: int) -> Iterator[dict]:
         """Up to ``limit`` rows of one pass over the shard. A pass gets a reader of its own (one

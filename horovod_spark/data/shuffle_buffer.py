@@ -98,8 +98,9 @@ class ShuffleBuffer:
 
 
 class Rebatcher:
-    """Cuts a stream of chunks of any size into batches of exactly ``batch_size`` rows. Batches
-    inside a chunk are slices of it (no copy); only a batch spanning chunks is concatenated."""
+    """Cuts a stream of chunks of any size into batches of exactly ``batch_size`` rows, in order.
+    Batches inside a chunk are slices of it (no copy); only a batch spanning chunks is
+    concatenated. Same face as ShuffleBuffer (add, drain, pending_rows), so a reader uses either."""
 
     def __init__(self, batch_size: int):
         self.batch_size = batch_size
@@ -110,7 +111,11 @@ class Rebatcher:
     def pending_rows(self) -> int:
         return self._pending_rows
 
-    def push(self, chunk: Chunk) -> Iterator[Chunk]:
+    def drain(self) -> Iterator[Chunk]:
+        """Nothing: rows short of a full batch stay in ``pending_rows``."""
+        return iter(())
+
+    def add(self, chunk: Chunk) -> Iterator[Chunk]:
         n = chunk_rows(chunk)
         start = 0
         if self._pending:
