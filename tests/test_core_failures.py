@@ -38,6 +38,12 @@ def _mismatches():
         "loss", y.ctypes.data, y.ctypes.data, "float32", y.shape, ops.Sum if r == 0 else ops.Max)))
     attempt("root", lambda: ops.wait(ops.broadcast_async(
         "params", y.ctypes.data, y.ctypes.data, "float32", y.shape, 5)))
+    # A grouped allreduce is one packed request: members must match rank by rank even where the
+    # totals agree (rank 0: 2 + 6 elements, rank 1: 6 + 2).
+    members = [np.zeros(2 if r == 0 else 6, np.float32), np.zeros(6 if r == 0 else 2, np.float32)]
+    attempt("group", lambda: ops.wait(ops.grouped_allreduce_async(
+        "layer.grads", [m.ctypes.data for m in members], [m.ctypes.data for m in members], "float32",
+        [m.shape for m in members], ops.Sum)))
     # the engine is still healthy afterwards
     ok = np.ones(4, np.float32)
     ops.wait(ops.allreduce_async("after", ok.ctypes.data, ok.ctypes.data, "float32", ok.shape, ops.Sum))
@@ -54,6 +60,8 @@ def test_mismatched_requests_fail_on_every_rank_naming_tensor_and_ranks():
         assert "grads.b" in seen["dtype"] and "float32" in seen["dtype"] and "float64" in seen["dtype"]
         assert "'loss'" in seen["op"] and "Sum" in seen["op"] and "Max" in seen["op"]
         assert "root_rank 5" in seen["root"]
+        assert "'layer.grads'" in seen["group"] and "member shapes" in seen["group"] and \
+            "rank 0 has [2], [6]" in seen["group"] and "rank 1 has [6], [2]" in seen["group"], seen["group"]
         assert seen["after"] == [2.0] * 4
 
 

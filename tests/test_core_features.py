@@ -31,25 +31,38 @@ def _features(timeline_path):
 
     # Grouped allreduce: all or nothing, one unit.
     g = [np.full(10, float(r), np.float64), np.full(3, float(2 * r), np.float64)]
-    hs = ops.grouped_allreduce_async(["g.a", "g.b"], [x.ctypes.data for x in g],
-                                     [x.ctypes.data for x in g], "float64", [x.shape for x in g],
-                                     ops.Average)
-    for h in hs:
-        ops.wait(h)
+    cached_before = _core.stats()["requests_cached"]
+    ops.wait(ops.grouped_allreduce_async("g", [x.ctypes.data for x in g], [x.ctypes.data for x in g],
+                                         "float64", [x.shape for x in g], ops.Average))
     out["grouped"] = [float(g[0][0]), float(g[1][0])]
-    # A bad member (a negative dimension) is refused before any member is queued: the same
-    # names then go through at once instead of finding a half-submitted group in flight.
+    # A bad member (a negative dimension) is refused before anything is queued: the same name
+    # then goes through at once instead of finding a half-submitted group in flight.
     try:
-        ops.grouped_allreduce_async(["g.a", "g.b"], [x.ctypes.data for x in g], [x.ctypes.data for x in g],
+        ops.grouped_allreduce_async("g", [x.ctypes.data for x in g], [x.ctypes.data for x in g],
                                     "float64", [g[0].shape, (-3,)], ops.Sum)
         out["bad_member"] = "accepted"
     except ValueError as exc:
         out["bad_member"] = str(exc)
-    for h in ops.grouped_allreduce_async(["g.a", "g.b"], [x.ctypes.data for x in g],
-                                         [x.ctypes.data for x in g], "float64", [x.shape for x in g],
-                                         ops.Sum):
-        ops.wait(h)
+    for _ in range(2):  # the second round of the same group is one cached request
+        ops.wait(ops.grouped_allreduce_async("g", [x.ctypes.data for x in g], [x.ctypes.data for x in g],
+                                             "float64", [x.shape for x in g], ops.Sum))
     out["grouped_again"] = [float(g[0][0]), float(g[1][0])]
+    out["grouped_cached_requests"] = _core.stats()["requests_cached"] - cached_before
+    # A packed group among plain tensors (the engine may fuse them all), an empty member, and a
+    # prescale applied member by member.
+    before_mix = np.ones(5, np.float32)
+    members = [np.full(7, float(r), np.float32), np.zeros(0, np.float32), np.ones(2, np.float32)]
+    after_mix = np.ones(3, np.float32)
+    hs = [ops.allreduce_async("mix.before", before_mix.ctypes.data, before_mix.ctypes.data, "float32",
+                              before_mix.shape, ops.Sum),
+          ops.grouped_allreduce_async("mix.group", [m.ctypes.data for m in members],
+                                      [m.ctypes.data for m in members], "float32", [m.shape for m in members],
+                                      ops.Sum, prescale=2.0),
+          ops.allreduce_async("mix.after", after_mix.ctypes.data, after_mix.ctypes.data, "float32",
+                              after_mix.shape, ops.Sum)]
+    for h in hs:
+        ops.wait(h)
+    out["mixed"] = [before_mix.tolist(), [m.tolist() for m in members], after_mix.tolist()]
 
     # Process set of ranks {0, 2}: rank 1 is not in it and does other work meanwhile.
     ps = process_sets.add_process_set([0, 2])
@@ -68,6 +81,13 @@ def _features(timeline_path):
         ops.wait(ops.allreduce_async("tail.%d" % i, z.ctypes.data, z.ctypes.data, "float32",
                                      z.shape, ops.Sum))
     out["joined_result"] = float(z[0])
+    # ... and to a grouped allreduce, member by member.
+    zs = [np.ones(3, np.float32), np.full(2, 2.0, np.float32)]
+    if r == 0:
+        ops.wait(ops.grouped_allreduce_async("tail.group", [x.ctypes.data for x in zs],
+                                             [x.ctypes.data for x in zs], "float32", [x.shape for x in zs],
+                                             ops.Sum))
+    out["joined_group"] = [x.tolist() for x in zs]
     out["last_joined"] = ops.wait(ops.join_async())
 
     if r == 0:
@@ -89,10 +109,13 @@ def test_fusion_cache_grouped_process_sets_join_and_timeline(tmp_path):
         assert out["cached_responses"] > 0, out
         assert out["grouped"] == [1.0, 2.0]
         assert "negative dimension" in out["bad_member"], out["bad_member"]
-        assert out["grouped_again"] == [3.0, 6.0]
+        assert out["grouped_again"] == [9.0, 18.0]
+        assert out["grouped_cached_requests"] == 1, out  # a whole group is one cached request
+        assert out["mixed"] == [[3.0] * 5, [[6.0] * 7, [], [6.0] * 2], [3.0] * 3], out["mixed"]
         assert out["ps_value"] == (2.0 if r in (0, 2) else 1.0)
         assert out["ps_rank"] == {0: 0, 1: None, 2: 1}[r]
         assert out["joined_result"] == 1.0     # only rank 0 contributed: the others joined
+        assert out["joined_group"] == [[1.0] * 3, [2.0] * 2]
         assert out["last_joined"] == 0
     with open(timeline) as f:
         events = json.load(f)

@@ -48,12 +48,12 @@ def _shape(shape) -> list:
 
 
 def _submit(op, name, in_ptr=0, out_ptr=0, dtype="uint8", shape=(), root=0, reduce_op=Sum,
-            prescale=1.0, postscale=1.0, process_set_id=0, group="", group_size=0, splits=()):
+            prescale=1.0, postscale=1.0, process_set_id=0, splits=()):
     if not isinstance(name, str) or not name:
         raise ValueError("collective name must be a non-empty string, got %r" % (name,))
     return _core.enqueue(op, name, int(in_ptr), int(out_ptr), _dtype_code(dtype), _shape(shape),
                          int(root), int(reduce_op), float(prescale), float(postscale),
-                         int(process_set_id), group, int(group_size), [int(s) for s in splits])
+                         int(process_set_id), [int(s) for s in splits])
 
 
 _NO_SPLITS = []
@@ -77,7 +77,7 @@ def allreduce_async(name, in_ptr, out_ptr, dtype, shape, op=Average, prescale=1.
     # The hot path of DistributedOptimizer (one call per gradient): kept free of generic helpers.
     code, op_code = _allreduce_codes(name, dtype, op)
     return _core.enqueue(OP_ALLREDUCE, name, in_ptr, out_ptr, code, shape, 0, op_code,
-                         float(prescale), float(postscale), process_set_id, "", 0, _NO_SPLITS)
+                         float(prescale), float(postscale), process_set_id, _NO_SPLITS)
 
 
 def allreduce(name, in_ptr, out_ptr, dtype, shape, op=Average, prescale=1.0, postscale=1.0,
@@ -114,21 +114,17 @@ def finish_run(outcome):
     return _result(outcome, False)
 
 
-def grouped_allreduce_async(names, in_ptrs, out_ptrs, dtype, shapes, op=Average, prescale=1.0,
-                            postscale=1.0, process_set_id=0) -> list:
-    """One handle per tensor; the group is negotiated and reduced as one fused unit."""
-    if not names:
-        return []
-    if not (len(names) == len(in_ptrs) == len(out_ptrs) == len(shapes)):
-        raise ValueError("grouped_allreduce: names, buffers and shapes must have equal lengths")
-    codes = ([_dtype_code(dtype)] * len(names) if isinstance(dtype, str)
-             else [_dtype_code(d) for d in dtype])
-    if not isinstance(names[0], str):
-        raise ValueError("collective name must be a non-empty string, got %r" % (names[0],))
-    group = "group:" + names[0] + ":%d" % len(names)
-    # One call for the whole group: the core checks every member before queueing any.
-    return _core.enqueue_allreduce_group(names, in_ptrs, out_ptrs, codes, shapes, int(op),
-                                         float(prescale), float(postscale), int(process_set_id), group)
+def grouped_allreduce_async(name, in_ptrs, out_ptrs, dtype, shapes, op=Average, prescale=1.0,
+                            postscale=1.0, process_set_id=0) -> int:
+    """One handle for a group of tensors of one dtype, negotiated and reduced as one packed unit:
+    one request, one response-cache id, one fused collective. Every member is checked before the
+    group is queued, so a bad member leaves nothing half-submitted."""
+    if not isinstance(name, str) or not name:
+        raise ValueError("collective name must be a non-empty string, got %r" % (name,))
+    if not (len(in_ptrs) == len(out_ptrs) == len(shapes)):
+        raise ValueError("grouped_allreduce: buffers and shapes must have equal lengths")
+    return _core.enqueue_allreduce_group(name, in_ptrs, out_ptrs, _dtype_code(dtype), shapes, int(op), float(prescale),
+                                         float(postscale), int(process_set_id))
 
 
 def allgather_async(name, in_ptr, dtype, shape, process_set_id=0) -> int:

@@ -152,21 +152,23 @@ def _launch_grouped_allreduce(tensors, inplace, name, op, prescale_factor, posts
     dtypes = [_buffers.check_tensor(t) for t in tensors]
     srcs = [_buffers.contiguous(t) for t in tensors]
     outs = srcs if inplace else [torch.empty_like(s, memory_format=torch.contiguous_format) for s in srcs]
+    in_ptrs = [s.data_ptr() for s in srcs]
+    out_ptrs = in_ptrs if inplace else [o.data_ptr() for o in outs]
+    shapes = [s.shape for s in srcs]
     base = _handles.op_name("grouped_allreduce", name, process_set)
-    count = len(tensors)
-    ps_id = _handles.process_set_id(process_set)
-    # The core fuses a group of one dtype; a mixed list becomes one group per dtype, each atomic.
-    by_dtype = collections.OrderedDict()
-    for i, dtype in enumerate(dtypes):
-        by_dtype.setdefault(dtype, []).append(i)
-    core_handles = [None] * count
-    for dtype, idx in by_dtype.items():
-        handles = _core.grouped_allreduce_async(
-            ["%s.%dof%d" % (base, i, count) for i in idx], [srcs[i].data_ptr() for i in idx],
-            [outs[i].data_ptr() for i in idx], dtype, [tuple(srcs[i].shape) for i in idx], core_op(op),
-            float(prescale_factor), float(postscale_factor), ps_id)
-        for i, h in zip(idx, handles):
-            core_handles[i] = h
+    args = (core_op(op), float(prescale_factor), float(postscale_factor), _handles.process_set_id(process_set))
+    if dtypes.count(dtypes[0]) == len(dtypes):  # the usual case: one packed request
+        core_handles = [_core.grouped_allreduce_async(base, in_ptrs, out_ptrs, dtypes[0], shapes, *args)]
+    else:
+        # The core packs tensors of one dtype; a mixed list becomes one packed group per dtype,
+        # each atomic.
+        by_dtype = collections.OrderedDict()
+        for i, dtype in enumerate(dtypes):
+            by_dtype.setdefault(dtype, []).append(i)
+        core_handles = [
+            _core.grouped_allreduce_async("%s.%s" % (base, dtype), [in_ptrs[i] for i in idx],
+                                          [out_ptrs[i] for i in idx], dtype, [shapes[i] for i in idx], *args)
+            for dtype, idx in by_dtype.items()]
 
     def finish(_results):
         if not inplace:

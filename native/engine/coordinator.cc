@@ -138,6 +138,10 @@ void Coordinator::validate(const Pending& p, const std::vector<int32_t>& ranks, 
       return mismatch("operation", r, op_type_name(first.type), op_type_name(m.type));
     if (m.dtype != first.dtype)
       return mismatch("data type", r, dtype_name(first.dtype), dtype_name(m.dtype));
+    // (before the shape: a packed group's shape is its members' total)
+    if (first.type == OpType::kAllreduce && m.splits != first.splits)
+      return mismatch("member shapes", r, member_shapes_text(first.splits),
+                      member_shapes_text(m.splits));
     bool rest_only = first.type == OpType::kAllgather || first.type == OpType::kAlltoall;
     if (rest_only) {
       if (m.shape.size() != first.shape.size() ||
@@ -168,8 +172,6 @@ void Coordinator::validate(const Pending& p, const std::vector<int32_t>& ranks, 
       return mismatch("process set ranks", r, shape_text(first.splits), shape_text(m.splits));
     if (first.type == OpType::kRemoveProcessSet && m.root != first.root)
       return mismatch("process set id", r, std::to_string(first.root), std::to_string(m.root));
-    if ((first.type == OpType::kAllreduce) && !m.group.empty() && m.group != first.group)
-      return mismatch("group", r, first.group, m.group);
   }
   int n = static_cast<int>(ranks.size());
   switch (first.type) {
@@ -381,52 +383,14 @@ void Coordinator::fuse(std::vector<Response>& in, std::vector<Response>* out) {
 
 std::vector<Response> Coordinator::take_ready() {
   std::vector<Response> singles, out;
-  // A group is released only when every member is ready on every rank; count first, then build,
-  // because building erases the pending entries.
-  std::map<std::string, int32_t> ready_members;
-  for (const std::string& k : ready_) {
-    const RequestMeta& m = pending_.at(k).by_rank.begin()->second;
-    if (!m.group.empty()) ++ready_members[m.group];
-  }
-  std::map<std::string, std::vector<Response>> groups;
-  std::vector<std::string> still_waiting, closed;
+  std::vector<std::string> closed;
   for (const std::string& k : ready_) {
     Pending& p = pending_.at(k);
-    if (p.by_rank.begin()->second.group.empty()) {
-      if (!completed_by_speculation(p)) singles.push_back(build(k, p));
-      pending_.erase(k);
-      closed.push_back(k);
-      continue;
-    }
-    // Copied: building erases the pending entry that holds them.
-    const std::string group = p.by_rank.begin()->second.group;
-    const int32_t group_size = p.by_rank.begin()->second.group_size;
-    if (ready_members[group] < group_size) {
-      still_waiting.push_back(k);
-      continue;
-    }
-    auto& g = groups[group];
-    g.push_back(build(k, p));
+    if (!completed_by_speculation(p)) singles.push_back(build(k, p));
     pending_.erase(k);
     closed.push_back(k);
-    if (static_cast<int32_t>(g.size()) < group_size) continue;
-    // Members fuse together whatever the threshold: that is what grouping promises.
-    Response merged = std::move(g[0]);
-    for (size_t j = 1; j < g.size(); ++j) {
-      if (!g[j].error.empty() && merged.error.empty()) merged.error = g[j].error;
-      if (g[j].dtype != merged.dtype && merged.error.empty())
-        merged.error = "grouped_allreduce '" + group + "' mixes data types " +
-                       dtype_name(merged.dtype) + " and " + dtype_name(g[j].dtype) +
-                       "; group tensors of one dtype";
-      merged.names.insert(merged.names.end(), g[j].names.begin(), g[j].names.end());
-      merged.shapes.insert(merged.shapes.end(), g[j].shapes.begin(), g[j].shapes.end());
-      merged.cache_ids.insert(merged.cache_ids.end(), g[j].cache_ids.begin(), g[j].cache_ids.end());
-      merged.all_cached = merged.all_cached && g[j].all_cached;
-    }
-    singles.push_back(std::move(merged));
-    groups.erase(group);
   }
-  ready_ = still_waiting;
+  ready_.clear();
   if (!deferred_.empty()) replay_deferred(closed);  // ready again: the next take_ready serves them
   fuse(singles, &out);
   for (auto& j : join_responses_) out.push_back(std::move(j));

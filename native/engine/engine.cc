@@ -317,7 +317,7 @@ bool Engine::try_speculate(const TensorRequest& req, int32_t cache_id) {
   const RequestMeta& m = req.meta;
   if (!cfg_.speculative_allreduce || mpi_comm_ || size_ < 2 || spec_.active || !entries_.empty())
     return false;
-  if (m.type != OpType::kAllreduce || m.process_set != 0 || !m.group.empty() ||
+  if (m.type != OpType::kAllreduce || m.process_set != 0 || !req.members.empty() ||
       m.prescale != 1.0 || m.op == ReduceOp::kAdasum)
     return false;
   size_t bytes = static_cast<size_t>(m.num_elements()) * dtype_size(m.dtype);

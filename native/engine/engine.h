@@ -25,10 +25,22 @@
 
 namespace hs {
 
+// One member of a packed group (see TensorRequest::members).
+struct PackedMember {
+  const void* in;
+  void* out;
+  size_t bytes;
+};
+
 struct TensorRequest {
   RequestMeta meta;
   const void* in = nullptr;
   void* out = nullptr;
+  // A grouped allreduce travels as one request whose tensor is the concatenation of its members
+  // (meta.shape = {total elements}, meta.splits = the members' shapes, so ranks are checked
+  // member by member): one negotiation, one cache id and one handle for the whole group. The
+  // members' memory is listed here instead of in/out and is gathered into the fusion buffer.
+  std::vector<PackedMember> members;
   int64_t handle = 0;
   int64_t enqueued_us = 0;
   bool caller_waits = false;  // submitted through run(): nothing else from that thread meanwhile

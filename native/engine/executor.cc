@@ -21,6 +21,18 @@ size_t elements(const std::vector<int64_t>& shape) {
   for (int64_t d : shape) n *= static_cast<size_t>(d);
   return n;
 }
+// Calls f(in, out, bytes, offset) for each contiguous piece of a request's `bytes` of data: the
+// members of a packed group, or its one input/output pair.
+template <class F>
+void for_each_piece(const TensorRequest& req, size_t bytes, F&& f) {
+  if (req.members.empty()) return f(req.in, req.out, bytes, size_t(0));
+  size_t at = 0;
+  for (const PackedMember& m : req.members) {
+    if (at + m.bytes > bytes) throw CollectiveError("internal: a packed group's members overflow it");
+    f(m.in, m.out, m.bytes, at);
+    at += m.bytes;
+  }
+}
 }  // namespace
 
 void Engine::remember_cacheable(const Response& r) {
@@ -139,7 +151,7 @@ void Engine::execute_allreduce(const Response& r, Group& g) {
                           "': op=Adasum is not supported by horovod_spark; use Average or Sum");
   const std::string& first = r.names[0];
   auto entry = entries_.find(key_of(r.process_set, first));
-  if (r.names.size() == 1 && entry != entries_.end()) {
+  if (r.names.size() == 1 && entry != entries_.end() && entry->second.members.empty()) {
     // Unfused: reduce straight from the input into the output, no staging copy.
     size_t n = elements(r.shapes[0]);
     const void* in = entry->second.in;
@@ -162,29 +174,38 @@ void Engine::execute_allreduce(const Response& r, Group& g) {
   for (size_t i = 0; i < r.names.size(); ++i) total += r.tensor_bytes(i);
   if (fusion_buffer_.size() < total) fusion_buffer_.resize(total);
   uint8_t* buf = fusion_buffer_.data();
+  const size_t es = dtype_size(r.dtype);
   if (timeline_.active()) for (auto& n : r.names) timeline_.begin(n, "MEMCPY_IN_FUSION_BUFFER");
   // Each member's entry, looked up once (finishing one member leaves the others' iterators valid).
   std::vector<decltype(entries_)::iterator> members(r.names.size());
+  // Scaling each piece right after its copy finds it still in cache: cheaper than a second pass
+  // over the whole fusion buffer.
   size_t off = 0;
   for (size_t i = 0; i < r.names.size(); ++i) {
     size_t b = r.tensor_bytes(i);
     auto it = members[i] = entries_.find(key_of(r.process_set, r.names[i]));
-    if (it != entries_.end()) std::memcpy(buf + off, it->second.in, b);
-    else std::memset(buf + off, 0, b);  // this rank joined: it contributes zeros
+    if (it == entries_.end()) {
+      std::memset(buf + off, 0, b);  // this rank joined: it contributes zeros
+    } else {
+      for_each_piece(it->second, b, [&](const void* in, void*, size_t pb, size_t at) {
+        std::memcpy(buf + off + at, in, pb);
+        scale_buffer(buf + off + at, pb / es, r.dtype, r.prescale);
+      });
+    }
     off += b;
   }
-  size_t count = total / dtype_size(r.dtype);
-  scale_buffer(buf, count, r.dtype, r.prescale);
   if (timeline_.active()) for (auto& n : r.names) { timeline_.end(n); timeline_.begin(n, "COLLECTIVE"); }
-  allreduce(g, buf, buf, count, r.dtype, op);
-  scale_buffer(buf, count, r.dtype, post);
+  allreduce(g, buf, buf, total / es, r.dtype, op);
   if (timeline_.active()) for (auto& n : r.names) { timeline_.end(n); timeline_.begin(n, "MEMCPY_OUT_FUSION_BUFFER"); }
   off = 0;
   for (size_t i = 0; i < r.names.size(); ++i) {
     size_t b = r.tensor_bytes(i);
     auto it = members[i];
     if (it != entries_.end()) {
-      std::memcpy(it->second.out, buf + off, b);
+      for_each_piece(it->second, b, [&](const void*, void* out, size_t pb, size_t at) {
+        std::memcpy(out, buf + off + at, pb);
+        scale_buffer(out, pb / es, r.dtype, post);
+      });
       if (timeline_.active()) timeline_.end(r.names[i]);
       finish(it->first, HandleResult{});
     }

@@ -1,5 +1,7 @@
 #include "engine/message.h"
 
+#include <algorithm>
+
 namespace hs {
 
 const char* op_type_name(OpType t) {
@@ -15,6 +17,23 @@ const char* op_type_name(OpType t) {
     case OpType::kRemoveProcessSet: return "remove_process_set";
   }
   return "unknown";
+}
+
+void append_member_shape(std::vector<int64_t>* splits, const std::vector<int64_t>& shape) {
+  splits->push_back(static_cast<int64_t>(shape.size()));
+  splits->insert(splits->end(), shape.begin(), shape.end());
+}
+
+std::string member_shapes_text(const std::vector<int64_t>& splits) {
+  std::string out;
+  for (size_t i = 0; i < splits.size();) {
+    size_t ndim = static_cast<size_t>(std::max<int64_t>(0, splits[i++]));
+    out += out.empty() ? "[" : ", [";
+    for (size_t d = 0; d < ndim && i < splits.size(); ++d, ++i)
+      out += (d ? ", " : "") + std::to_string(splits[i]);
+    out += "]";
+  }
+  return out.empty() ? "no members" : out;
 }
 
 int64_t RequestMeta::num_elements() const {
@@ -39,8 +58,6 @@ void RequestMeta::write(WireWriter& w) const {
   w.put<double>(prescale);
   w.put<double>(postscale);
   w.put<int32_t>(process_set);
-  w.put_str(group);
-  w.put<int32_t>(group_size);
   w.put_vec(splits);
 }
 
@@ -55,8 +72,6 @@ RequestMeta RequestMeta::read(WireReader& r) {
   m.prescale = r.get<double>();
   m.postscale = r.get<double>();
   m.process_set = r.get<int32_t>();
-  m.group = r.get_str();
-  m.group_size = r.get<int32_t>();
   m.splits = r.get_vec<int64_t>();
   return m;
 }

@@ -30,9 +30,9 @@ struct RequestMeta {
   ReduceOp op = ReduceOp::kSum;
   double prescale = 1.0, postscale = 1.0;
   int32_t process_set = 0;
-  std::string group;          // grouped allreduce: every member carries the same key
-  int32_t group_size = 0;
-  std::vector<int64_t> splits;  // alltoall send splits (dim 0), or process-set ranks
+  // alltoall send splits (dim 0), process-set ranks, or a packed group's member shapes (see
+  // append_member_shape; an allreduce with splits is a packed group).
+  std::vector<int64_t> splits;
   int64_t num_elements() const;
   // Fields whose equality across ranks the coordinator checks (and that key the response cache).
   std::string signature() const;
@@ -40,12 +40,17 @@ struct RequestMeta {
   bool same_signature(const RequestMeta& o) const {
     return type == o.type && dtype == o.dtype && root == o.root && op == o.op &&
            prescale == o.prescale && postscale == o.postscale && process_set == o.process_set &&
-           group_size == o.group_size && shape == o.shape && name == o.name && group == o.group &&
+           shape == o.shape && name == o.name &&
            splits == o.splits;
   }
   void write(WireWriter& w) const;
   static RequestMeta read(WireReader& r);
 };
+
+// A packed grouped allreduce lists its members' shapes in RequestMeta::splits as ndim followed
+// by the dimensions, member after member; member_shapes_text renders them for error messages.
+void append_member_shape(std::vector<int64_t>* splits, const std::vector<int64_t>& shape);
+std::string member_shapes_text(const std::vector<int64_t>& splits);
 
 struct Response {
   OpType type = OpType::kAllreduce;

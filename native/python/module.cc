@@ -72,7 +72,6 @@ void shutdown() {
 TensorRequest make_request(int type, const std::string& name, uintptr_t in_ptr, uintptr_t out_ptr,
                            int dtype, const std::vector<int64_t>& shape, int root, int op,
                            double prescale, double postscale, int process_set,
-                           const std::string& group, int group_size,
                            const std::vector<int64_t>& splits) {
   if (dtype < 0 || dtype >= kNumDataTypes) throw std::invalid_argument("unknown dtype code");
   for (int64_t d : shape)
@@ -87,8 +86,6 @@ TensorRequest make_request(int type, const std::string& name, uintptr_t in_ptr, 
   req.meta.prescale = prescale;
   req.meta.postscale = postscale;
   req.meta.process_set = process_set;
-  req.meta.group = group;
-  req.meta.group_size = group_size;
   req.meta.splits = splits;
   req.in = reinterpret_cast<const void*>(in_ptr);
   req.out = reinterpret_cast<void*>(out_ptr);
@@ -97,10 +94,9 @@ TensorRequest make_request(int type, const std::string& name, uintptr_t in_ptr, 
 
 int64_t enqueue(int type, const std::string& name, uintptr_t in_ptr, uintptr_t out_ptr, int dtype,
                 const std::vector<int64_t>& shape, int root, int op, double prescale,
-                double postscale, int process_set, const std::string& group, int group_size,
-                const std::vector<int64_t>& splits) {
+                double postscale, int process_set, const std::vector<int64_t>& splits) {
   return engine().enqueue(make_request(type, name, in_ptr, out_ptr, dtype, shape, root, op, prescale,
-                                       postscale, process_set, group, group_size, splits));
+                                       postscale, process_set, splits));
 }
 
 // Returns (error_kind, message, data, shape, splits, value); data is a numpy uint8 array that owns
@@ -193,11 +189,10 @@ bool parse_allreduce(PyObject* const* args, Py_ssize_t nargs, TensorRequest* req
       !arg_double(args[7], "postscale", &postscale) ||
       !arg_long(args[8], "process_set", &process_set))
     return false;
-  static const std::string no_group;
   static const std::vector<int64_t> no_splits;
   *req = make_request(static_cast<int>(OpType::kAllreduce), std::string(name, name_len), in_ptr,
                       out_ptr, static_cast<int>(dtype), shape, 0, static_cast<int>(op), prescale,
-                      postscale, static_cast<int>(process_set), no_group, 0, no_splits);
+                      postscale, static_cast<int>(process_set), no_splits);
   return true;
 }
 
@@ -247,82 +242,80 @@ PyObject* enqueue_allreduce(PyObject*, PyObject* const* args, Py_ssize_t nargs) 
   });
 }
 
-// enqueue_allreduce_group(names, in_ptrs, out_ptrs, dtypes, shapes, op, prescale, postscale,
-//                         process_set, group) -> list of handles: the members of one grouped
-// allreduce (lists of equal length; dtypes are codes). Every request is built, and so checked,
-// before the first is queued: a bad member leaves no partial group behind to stall the others.
+// enqueue_allreduce_group(name, in_ptrs, out_ptrs, dtype, shapes, op, prescale, postscale,
+//                         process_set) -> handle: a grouped allreduce of tensors of one dtype as one
+// packed request (see TensorRequest::members). Every member is checked before anything is queued.
 PyObject* enqueue_allreduce_group(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  if (nargs != 10) {
-    PyErr_Format(PyExc_TypeError, "enqueue_allreduce_group takes 10 arguments (%zd given)", nargs);
+  if (nargs != 9) {
+    PyErr_Format(PyExc_TypeError, "enqueue_allreduce_group takes 9 arguments (%zd given)", nargs);
     return nullptr;
   }
-  struct Lists {  // the five per-member arguments as fast sequences, released on every way out
-    PyObject* seq[5] = {nullptr, nullptr, nullptr, nullptr, nullptr};
+  struct Lists {  // the three per-member arguments as fast sequences, released on every way out
+    PyObject* seq[3] = {nullptr, nullptr, nullptr};
     ~Lists() {
       for (PyObject* q : seq) Py_XDECREF(q);
     }
   } lists;
-  const char* const what[] = {"names", "in_ptrs", "out_ptrs", "dtypes", "shapes"};
+  const char* const what[] = {"in_ptrs", "out_ptrs", "shapes"};
+  const int list_arg[] = {1, 2, 4};
   Py_ssize_t n = -1;
-  for (int k = 0; k < 5; ++k) {
-    lists.seq[k] = PySequence_Fast(args[k], "enqueue_allreduce_group: expected lists");
+  for (int k = 0; k < 3; ++k) {
+    lists.seq[k] = PySequence_Fast(args[list_arg[k]], "enqueue_allreduce_group: expected lists");
     if (!lists.seq[k]) return nullptr;
     Py_ssize_t len = PySequence_Fast_GET_SIZE(lists.seq[k]);
     if (n >= 0 && len != n) {
-      PyErr_Format(PyExc_ValueError, "grouped_allreduce: %s has %zd entries, names has %zd", what[k], len, n);
+      PyErr_Format(PyExc_ValueError, "grouped_allreduce: %s has %zd entries, in_ptrs has %zd", what[k], len, n);
       return nullptr;
     }
     n = len;
   }
   return with_python_errors([&]() -> PyObject* {
-    long long op, process_set;
+    Py_ssize_t name_len;
+    const char* name = PyUnicode_Check(args[0]) ? PyUnicode_AsUTF8AndSize(args[0], &name_len) : nullptr;
+    if (!name || name_len == 0) {
+      if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "grouped_allreduce: name must be a non-empty str");
+      return nullptr;
+    }
+    if (n == 0) throw std::invalid_argument("grouped_allreduce needs at least one tensor");
+    long long dtype, op, process_set;
     double prescale, postscale;
-    Py_ssize_t group_len;
-    const char* group = PyUnicode_Check(args[9]) ? PyUnicode_AsUTF8AndSize(args[9], &group_len) : nullptr;
-    if (!group) {
-      if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "grouped_allreduce: group must be a str");
+    if (!arg_long(args[3], "dtype", &dtype) || !arg_long(args[5], "op", &op) ||
+        !arg_double(args[6], "prescale", &prescale) || !arg_double(args[7], "postscale", &postscale) ||
+        !arg_long(args[8], "process_set", &process_set))
       return nullptr;
-    }
-    if (!arg_long(args[5], "op", &op) || !arg_double(args[6], "prescale", &prescale) ||
-        !arg_double(args[7], "postscale", &postscale) || !arg_long(args[8], "process_set", &process_set))
-      return nullptr;
-    const std::string group_name(group, group_len);
-    static const std::vector<int64_t> no_splits;
-    std::vector<TensorRequest> reqs(static_cast<size_t>(n));
-    std::vector<int64_t> shape;
+    if (dtype < 0 || dtype >= kNumDataTypes) throw std::invalid_argument("unknown dtype code");
+    const size_t es = dtype_size(static_cast<DataType>(dtype));
+    std::vector<PackedMember> members(static_cast<size_t>(n));
+    std::vector<int64_t> member_shapes, shape;
+    int64_t total = 0;
     for (Py_ssize_t i = 0; i < n; ++i) {
-      PyObject* name = PySequence_Fast_GET_ITEM(lists.seq[0], i);
-      Py_ssize_t name_len;
-      const char* name_utf8 = PyUnicode_Check(name) ? PyUnicode_AsUTF8AndSize(name, &name_len) : nullptr;
-      if (!name_utf8 || name_len == 0) {
-        if (!PyErr_Occurred())
-          PyErr_SetString(PyExc_ValueError, "grouped_allreduce: every name must be a non-empty str");
-        return nullptr;
+      unsigned long long in_ptr = PyLong_AsUnsignedLongLong(PySequence_Fast_GET_ITEM(lists.seq[0], i));
+      if (PyErr_Occurred()) return nullptr;
+      unsigned long long out_ptr = PyLong_AsUnsignedLongLong(PySequence_Fast_GET_ITEM(lists.seq[1], i));
+      if (PyErr_Occurred()) return nullptr;
+      if (!arg_shape(PySequence_Fast_GET_ITEM(lists.seq[2], i), &shape)) return nullptr;
+      int64_t count = 1;
+      for (int64_t d : shape) {
+        if (d < 0)
+          throw std::invalid_argument("grouped_allreduce '" + std::string(name, name_len) + "': member " +
+                                      std::to_string(i) + " has a negative dimension");
+        count *= d;
       }
-      unsigned long long in_ptr = PyLong_AsUnsignedLongLong(PySequence_Fast_GET_ITEM(lists.seq[1], i));
-      if (PyErr_Occurred()) return nullptr;
-      unsigned long long out_ptr = PyLong_AsUnsignedLongLong(PySequence_Fast_GET_ITEM(lists.seq[2], i));
-      if (PyErr_Occurred()) return nullptr;
-      long long dtype;
-      if (!arg_long(PySequence_Fast_GET_ITEM(lists.seq[3], i), "dtype", &dtype) ||
-          !arg_shape(PySequence_Fast_GET_ITEM(lists.seq[4], i), &shape))
-        return nullptr;
-      reqs[static_cast<size_t>(i)] =
-          make_request(static_cast<int>(OpType::kAllreduce), std::string(name_utf8, name_len), in_ptr,
-                       out_ptr, static_cast<int>(dtype), shape, 0, static_cast<int>(op), prescale,
-                       postscale, static_cast<int>(process_set), group_name, static_cast<int>(n),
-                       no_splits);
+      if (count > 0 && (in_ptr == 0 || out_ptr == 0))
+        throw std::invalid_argument("grouped_allreduce '" + std::string(name, name_len) + "': member " +
+                                    std::to_string(i) + " has a null buffer");
+      members[static_cast<size_t>(i)] = PackedMember{reinterpret_cast<const void*>(in_ptr),
+                                                     reinterpret_cast<void*>(out_ptr), static_cast<size_t>(count) * es};
+      append_member_shape(&member_shapes, shape);
+      total += count;
     }
+    TensorRequest req = make_request(static_cast<int>(OpType::kAllreduce), std::string(name, name_len), 0, 0,
+                                     static_cast<int>(dtype), {total}, 0, static_cast<int>(op), prescale,
+                                     postscale, static_cast<int>(process_set), member_shapes);
+    req.members = std::move(members);
     Engine* e = fast_engine();
     if (!e) return nullptr;
-    PyObject* handles = PyList_New(n);
-    if (!handles) return nullptr;
-    for (Py_ssize_t i = 0; i < n; ++i) {
-      // One wake-up of the engine thread for the whole group.
-      int64_t h = e->enqueue(std::move(reqs[static_cast<size_t>(i)]), i + 1 == n);
-      PyList_SET_ITEM(handles, i, PyLong_FromLongLong(h));
-    }
-    return handles;
+    return PyLong_FromLongLong(e->enqueue(std::move(req)));
   });
 }
 
@@ -337,8 +330,8 @@ PyMethodDef g_run_allreduce_def = fastcall_def<run_allreduce>(
     "enqueue + wait_take of an allreduce.");
 PyMethodDef g_enqueue_allreduce_group_def = fastcall_def<enqueue_allreduce_group>(
     "enqueue_allreduce_group",
-    "enqueue_allreduce_group(names, in_ptrs, out_ptrs, dtypes, shapes, op, prescale, postscale, "
-    "process_set, group) -> list of handles.");
+    "enqueue_allreduce_group(name, in_ptrs, out_ptrs, dtype, shapes, op, prescale, postscale, "
+    "process_set) -> handle: one packed request for the whole group.");
 PyMethodDef g_enqueue_allreduce_def = fastcall_def<enqueue_allreduce>(
     "enqueue_allreduce",
     "enqueue_allreduce(name, in_ptr, out_ptr, dtype, shape, op, prescale, postscale, "
