@@ -98,3 +98,71 @@ def test_every_collective_dtype_and_size(num_proc, transport):
     results = run_local(_sweep, args=(transport,), num_proc=num_proc, env=env, timeout=300)
     failures = [f for per_rank in results for f in per_rank]
     assert not failures, "\n".join(failures[:40])
+
+
+def _fused_sweep(transport):
+    """Many tensors submitted before any wait, so the engine fuses them: odd sizes, in place and
+    out of place, every op, a packed group, pre/postscale; large enough (> 64 KiB fused) that the
+    fused allreduce runs between the tensors' own memory with no fusion-buffer copy."""
+    import os
+    import numpy as np
+    from horovod_spark.common import _core, basics, ops
+    import core_reference as ref
+
+    if transport == "mixed":
+        rank = int(os.environ["HOROVOD_RANK"])
+        os.environ["HOROVOD_HOSTNAME"] = "host%d" % (rank // 2)
+        for var in ("HOROVOD_LOCAL_RANK", "HOROVOD_LOCAL_SIZE", "HOROVOD_CROSS_RANK", "HOROVOD_CROSS_SIZE"):
+            os.environ.pop(var, None)
+    basics.init()
+    r, n = basics.rank(), basics.size()
+    failures = []
+    counts = [1, 7, 4099, 0, 333, 20011, 5, 12289, 64, 3]  # about 37k elements per batch
+    scattered_before = _core.stats()["scattered_allreduces"]
+    for dtype in ref.DTYPES:
+        for op_name, op in ref.OPS.items():
+            inputs = [[ref.make_input(dtype, c, q, op_name, salt=i) for i, c in enumerate(counts)] for q in range(n)]
+            mine = [x.copy() for x in inputs[r]]
+            outs = [x if i % 3 else np.empty_like(x) for i, x in enumerate(mine)]  # every third out of place
+            handles = [ops.allreduce_async("fz.%s.%s.%d" % (dtype, op_name, i), x.ctypes.data, o.ctypes.data,
+                                           dtype, x.shape, op) for i, (x, o) in enumerate(zip(mine, outs))]
+            group = [ref.make_input(dtype, c, q, op_name, salt=100 + i) for q in range(n) for i, c in enumerate(counts)]
+            group_mine = [x.copy() for x in group[r * len(counts):(r + 1) * len(counts)]]
+            handles.append(ops.grouped_allreduce_async(
+                "fz.group.%s.%s" % (dtype, op_name), [x.ctypes.data for x in group_mine],
+                [x.ctypes.data for x in group_mine], dtype, [x.shape for x in group_mine], op))
+            for h in handles:
+                ops.wait(h)
+            for i, o in enumerate(outs):
+                if not ref.matches(o, ref.reduce_reference([inputs[q][i] for q in range(n)], dtype, op_name), dtype):
+                    failures.append("rank %d: fused %s %s tensor %d (%d elements)" % (r, dtype, op_name, i, counts[i]))
+            for i, x in enumerate(group_mine):
+                expect = ref.reduce_reference([group[q * len(counts) + i] for q in range(n)], dtype, op_name)
+                if not ref.matches(x, expect, dtype):
+                    failures.append("rank %d: group %s %s member %d" % (r, dtype, op_name, i))
+        if dtype in ref.TOLERANCE:
+            xs = [[ref.make_input(dtype, c, q, salt=50 + i) for i, c in enumerate(counts)] for q in range(n)]
+            mine = [x.copy() for x in xs[r]]
+            handles = [ops.allreduce_async("fz.avg.%s.%d" % (dtype, i), x.ctypes.data, x.ctypes.data, dtype,
+                                           x.shape, ops.Average, prescale=2.0, postscale=0.5)
+                       for i, x in enumerate(mine)]
+            for h in handles:
+                ops.wait(h)
+            for i, x in enumerate(mine):
+                expect = ref.reduce_reference([xs[q][i] for q in range(n)], dtype, "Sum") / n
+                if not ref.matches(x, expect, dtype):
+                    failures.append("rank %d: fused Average %s tensor %d" % (r, dtype, i))
+    scattered = _core.stats()["scattered_allreduces"] - scattered_before
+    if scattered == 0:
+        failures.append("rank %d: no fused allreduce ran without the fusion-buffer copy" % r)
+    ops.wait(ops.barrier_async())
+    basics.shutdown()
+    return failures
+
+
+@pytest.mark.parametrize("num_proc,transport", [(2, "shm"), (3, "shm"), (4, "shm"), (2, "tcp"), (4, "mixed")])
+def test_fused_allreduce_between_tensors(num_proc, transport):
+    env = {"HOROVOD_SHM_DISABLE": "1"} if transport == "tcp" else {}
+    results = run_local(_fused_sweep, args=(transport,), num_proc=num_proc, env=env, timeout=300)
+    failures = [f for per_rank in results for f in per_rank]
+    assert not failures, "\n".join(failures[:40])

@@ -94,6 +94,7 @@ class Engine {
     std::atomic<int64_t> responses{0};         // responses executed
     std::atomic<int64_t> responses_cached{0};  // ... that arrived as cache ids (no re-validation)
     std::atomic<int64_t> fused_tensors{0};     // tensors that travelled in a fused response
+    std::atomic<int64_t> scattered_allreduces{0};  // fused allreduces run with no fusion-buffer copy
     std::atomic<int64_t> speculative_sent{0};  // small allreduces whose input left before negotiation
     std::atomic<int64_t> speculative_done{0};  // ... that then completed with no response at all
   };
@@ -111,6 +112,9 @@ class Engine {
   void check_health(bool coordinator);
   void execute(const Response& r);
   void execute_allreduce(const Response& r, Group& g);
+  // A fused allreduce straight between the tensors (see ScatteredBuffer); false (nothing done)
+  // where it must stage through the fusion buffer instead.
+  bool execute_allreduce_scattered(const Response& r, Group& g, size_t total, ReduceOp op, double post);
   void execute_allgather(const Response& r, Group& g);
   void execute_broadcast(const Response& r, Group& g);
   void execute_alltoall(const Response& r, Group& g);

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "collectives/collectives.h"
+#include "collectives/tuning.h"
 #include "common/errors.h"
 #include "common/reduce.h"
 #include "engine/engine.h"
@@ -175,6 +176,7 @@ void Engine::execute_allreduce(const Response& r, Group& g) {
   if (fusion_buffer_.size() < total) fusion_buffer_.resize(total);
   uint8_t* buf = fusion_buffer_.data();
   const size_t es = dtype_size(r.dtype);
+  if (total > tuning::kDirectReduceBytes && execute_allreduce_scattered(r, g, total, op, post)) return;
   if (timeline_.active()) for (auto& n : r.names) timeline_.begin(n, "MEMCPY_IN_FUSION_BUFFER");
   // Each member's entry, looked up once (finishing one member leaves the others' iterators valid).
   std::vector<decltype(entries_)::iterator> members(r.names.size());
@@ -211,6 +213,50 @@ void Engine::execute_allreduce(const Response& r, Group& g) {
     }
     off += b;
   }
+}
+
+bool Engine::execute_allreduce_scattered(const Response& r, Group& g, size_t total, ReduceOp op,
+                                         double post) {
+  // Only the ring moves every byte through the transport (the direct path reduces in memory), and
+  // a rank that joined has no tensors to point at: those stage through the fusion buffer.
+  std::vector<decltype(entries_)::iterator> members(r.names.size());
+  for (size_t i = 0; i < r.names.size(); ++i) {
+    members[i] = entries_.find(key_of(r.process_set, r.names[i]));
+    if (members[i] == entries_.end()) return false;
+  }
+  const size_t es = dtype_size(r.dtype);
+  ScatteredBuffer sb;
+  sb.base = fusion_buffer_.data();  // addresses only: nothing reads or writes it on this path
+  sb.bytes = total;
+  size_t off = 0;
+  for (size_t i = 0; i < r.names.size(); ++i) {
+    for_each_piece(members[i]->second, r.tensor_bytes(i), [&](const void*, void* out, size_t pb, size_t at) {
+      if (pb == 0) return;
+      sb.start.push_back(off + at);
+      sb.where.push_back(static_cast<uint8_t*>(out));
+    });
+    off += r.tensor_bytes(i);
+  }
+  ScatterScope scope(g, &sb);
+  if (!scope.ok()) return false;
+  // The result overwrites each output, so the reduction runs in place there: an output that is not
+  // its input starts as a copy of it (prescaled, like any input).
+  if (timeline_.active()) for (auto& n : r.names) timeline_.begin(n, "COLLECTIVE");
+  for (size_t i = 0; i < r.names.size(); ++i)
+    for_each_piece(members[i]->second, r.tensor_bytes(i), [&](const void* in, void* out, size_t pb, size_t) {
+      if (in != out) std::memcpy(out, in, pb);
+      scale_buffer(out, pb / es, r.dtype, r.prescale);
+    });
+  allreduce(g, sb.base, const_cast<uint8_t*>(sb.base), total / es, r.dtype, op);
+  stats_.scattered_allreduces++;
+  for (size_t i = 0; i < r.names.size(); ++i) {
+    for_each_piece(members[i]->second, r.tensor_bytes(i), [&](const void*, void* out, size_t pb, size_t) {
+      scale_buffer(out, pb / es, r.dtype, post);
+    });
+    if (timeline_.active()) timeline_.end(r.names[i]);
+    finish(members[i]->first, HandleResult{});
+  }
+  return true;
 }
 
 void Engine::execute_allgather(const Response& r, Group& g) {

@@ -387,6 +387,7 @@ PYBIND11_MODULE(_core, m) {
     d["responses"] = s.responses.load();
     d["responses_cached"] = s.responses_cached.load();
     d["fused_tensors"] = s.fused_tensors.load();
+    d["scattered_allreduces"] = s.scattered_allreduces.load();
     d["speculative_sent"] = s.speculative_sent.load();
     d["speculative_done"] = s.speculative_done.load();
     return d;

@@ -3,6 +3,8 @@
 // Which transport carries a pair (shared memory on one host, TCP between hosts) is invisible here.
 #pragma once
 #include <cstddef>
+#include <cstdint>
+#include <utility>
 #include <vector>
 #include "common/dtype.h"
 
@@ -33,6 +35,24 @@ struct RecvSpec {
   bool incoming_first = false;
 };
 
+// An address range [base, base + bytes) that stands for memory scattered elsewhere: the piece
+// starting `start[i]` bytes in lives at `where[i]` and runs to the next piece's start (the last to
+// `bytes`). A fused allreduce hands its algorithm such a range as its buffer, and the transport
+// moves every byte straight to and from the tensors: no staging copy through a fusion buffer.
+// Pieces hold whole elements; only transfers may touch the range (see Group::scatter_through).
+struct ScatteredBuffer {
+  const uint8_t* base = nullptr;
+  size_t bytes = 0;
+  std::vector<size_t> start;  // strictly ascending, start[0] == 0
+  std::vector<uint8_t*> where;
+  bool contains(const void* p) const {
+    auto* q = static_cast<const uint8_t*>(p);
+    return q >= base && q < base + bytes;
+  }
+  // For p inside the range: its real address, and how many bytes from there stay in one piece.
+  std::pair<uint8_t*, size_t> resolve(const void* p) const;
+};
+
 class Group {
  public:
   virtual ~Group() = default;
@@ -43,6 +63,25 @@ class Group {
   // one ordered pair are delivered in the order their exchange() calls were made; within one call a
   // pair may carry at most one send each way. Throws TransportError on a dead peer or timeout.
   virtual void exchange(const std::vector<SendSpec>& sends, const std::vector<RecvSpec>& recvs) = 0;
+  // While set (non-null), sends and receives whose addresses fall in `b`'s range go to its pieces.
+  // False when this group cannot (the caller then stages through a contiguous buffer).
+  virtual bool scatter_through(const ScatteredBuffer* b) { return b == nullptr; }
+};
+
+// Sets a group's scattered buffer for the lifetime of this object; ok() says whether it took.
+class ScatterScope {
+ public:
+  ScatterScope(Group& g, const ScatteredBuffer* b) : g_(g), ok_(g.scatter_through(b)) {}
+  ~ScatterScope() {
+    if (ok_) g_.scatter_through(nullptr);
+  }
+  bool ok() const { return ok_; }
+  ScatterScope(const ScatterScope&) = delete;
+  ScatterScope& operator=(const ScatterScope&) = delete;
+
+ private:
+  Group& g_;
+  bool ok_;
 };
 
 }  // namespace hs

@@ -360,9 +360,19 @@ void Transport::exchange(const std::vector<SendSpec>& sends, const std::vector<R
       if (s.off == s.total) continue;
       bool moved = false;
       while (s.off < s.total) {
-        size_t n = s.off < s.bytes
-                       ? send_or_wait_for_space(s.link, s.p + s.off, std::min(s.bytes - s.off, kMaxChunk))
-                       : send_or_wait_for_space(s.link, nullptr, s.total - s.off);  // alignment padding
+        size_t n;
+        if (s.off < s.bytes) {
+          const uint8_t* src = s.p + s.off;
+          size_t len = std::min(s.bytes - s.off, kMaxChunk);
+          if (scattered_ && scattered_->contains(src)) {
+            auto piece = scattered_->resolve(src);
+            src = piece.first;
+            len = std::min(len, piece.second);
+          }
+          n = send_or_wait_for_space(s.link, src, len);
+        } else {
+          n = send_or_wait_for_space(s.link, nullptr, s.total - s.off);  // alignment padding
+        }
         if (n == 0) break;
         s.off += n;
         moved = true;
@@ -385,14 +395,26 @@ void Transport::exchange(const std::vector<SendSpec>& sends, const std::vector<R
         size_t k;
         if (r.off < spec.bytes) {
           k = std::min(span.second, spec.bytes - r.off);
+          uint8_t* dst = static_cast<uint8_t*>(spec.dest) + r.off;
+          const uint8_t* local = spec.local ? static_cast<const uint8_t*>(spec.local) + r.off : nullptr;
+          if (scattered_) {  // (pieces hold whole elements: cutting at their ends keeps k whole)
+            if (scattered_->contains(dst)) {
+              auto piece = scattered_->resolve(dst);
+              dst = piece.first;
+              k = std::min(k, piece.second);
+            }
+            if (local && scattered_->contains(local)) {
+              auto piece = scattered_->resolve(local);
+              local = piece.first;
+              k = std::min(k, piece.second);
+            }
+          }
+          if (!local) local = dst;
           k -= k % r.esize;
           if (k == 0) break;  // wait for the rest of a partial element
-          uint8_t* dst = static_cast<uint8_t*>(spec.dest) + r.off;
           if (spec.mode == RecvMode::kCopy) {
             std::memcpy(dst, span.first, k);
           } else {
-            const uint8_t* local =
-                spec.local ? static_cast<const uint8_t*>(spec.local) + r.off : dst;
             if (spec.incoming_first)
               reduce_buffers(dst, span.first, local, k / r.esize, spec.dtype, spec.op);
             else
@@ -526,6 +548,14 @@ void Transport::close() {
 PeerGroup::PeerGroup(Transport* t, std::vector<int> ranks) : t_(t), ranks_(std::move(ranks)) {
   for (size_t i = 0; i < ranks_.size(); ++i)
     if (ranks_[i] == t->rank()) my_index_ = static_cast<int>(i);
+}
+
+std::pair<uint8_t*, size_t> ScatteredBuffer::resolve(const void* p) const {
+  const size_t off = static_cast<size_t>(static_cast<const uint8_t*>(p) - base);
+  // The last piece starting at or before off.
+  const size_t i = static_cast<size_t>(std::upper_bound(start.begin(), start.end(), off) - start.begin()) - 1;
+  const size_t end = i + 1 < start.size() ? start[i + 1] : bytes;
+  return {where[i] + (off - start[i]), end - off};
 }
 
 void PeerGroup::exchange(const std::vector<SendSpec>& sends, const std::vector<RecvSpec>& recvs) {

@@ -53,6 +53,8 @@ class Transport {
 
   // Point-to-point transfers between global ranks (see Group::exchange).
   void exchange(const std::vector<SendSpec>& sends, const std::vector<RecvSpec>& recvs);
+  // See Group::scatter_through (the calling thread's exchanges only run one at a time anyway).
+  void scatter_through(const ScatteredBuffer* b) { scattered_ = b; }
 
   // Between these, wake-ups owed to peers for data written are collected and rung once per peer
   // at the end (or before this rank waits for anything): a message sent in several parts (a note
@@ -115,6 +117,7 @@ class Transport {
   bool oversubscribed_ = false;
   size_t shm_data_ring_bytes_ = 0;
   bool holding_notifies_ = false;
+  const ScatteredBuffer* scattered_ = nullptr;
   std::vector<PeerLink*> owed_notifies_;  // by peer, while holding
 };
 
@@ -141,6 +144,10 @@ class PeerGroup : public Group {
   int size() const override { return static_cast<int>(ranks_.size()); }
   int global_rank(int index) const override { return ranks_[index]; }
   void exchange(const std::vector<SendSpec>& sends, const std::vector<RecvSpec>& recvs) override;
+  bool scatter_through(const ScatteredBuffer* b) override {
+    t_->scatter_through(b);
+    return true;
+  }
 
  private:
   Transport* t_;
