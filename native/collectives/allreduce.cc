@@ -19,12 +19,13 @@
 #include "collectives/scratch.h"
 #include "collectives/tuning.h"
 #include "common/errors.h"
+#include "common/reduce.h"
 
 namespace hs {
 namespace {
 
 void allreduce_direct(Group& g, const void* in, void* out, size_t count, DataType dtype,
-                      ReduceOp op, bool input_sent = false) {
+                      ReduceOp op, double postscale, bool input_sent = false) {
   const int n = g.size(), r = g.rank();
   const size_t bytes = count * dtype_size(dtype), slot = align_up(bytes);
   if (n == 2 && (input_sent || in != out)) {
@@ -41,6 +42,7 @@ void allreduce_direct(Group& g, const void* in, void* out, size_t count, DataTyp
     rs.dtype = dtype;
     rs.op = op;
     rs.incoming_first = peer < r;
+    rs.postscale = postscale;
     std::vector<SendSpec> sends;
     if (!input_sent) sends.push_back(SendSpec{peer, in, bytes});
     g.exchange(sends, {rs});
@@ -63,17 +65,18 @@ void allreduce_direct(Group& g, const void* in, void* out, size_t count, DataTyp
   }
   g.exchange(sends, recvs);
   reduce_in_rank_order(out, srcs, count, dtype, op);
+  scale_buffer(out, count, dtype, postscale);
 }
 
 void allreduce_ring(Group& g, const void* in, void* out, size_t count, DataType dtype,
-                    ReduceOp op) {
+                    ReduceOp op, double postscale) {
   const size_t es = dtype_size(dtype);
   const auto lanes = make_lanes(even_partition(count, g.size()), g.size(),
                                 count * es >= tuning::kBidirectionalRingBytes);
   char* base = static_cast<char*>(out);
   ring_reduce_scatter(g, lanes, static_cast<const char*>(in), dtype, op, [&](size_t l, int owner) {
     return base + lanes[l].seg[size_t(owner)].offset * es;
-  });
+  }, postscale);
   ring_allgather(g, lanes, base, es);
 }
 
@@ -90,11 +93,11 @@ void allreduce_send_input(Group& g, const void* in, size_t bytes) {
 }
 
 void allreduce_after_send(Group& g, const void* in, void* out, size_t count, DataType dtype,
-                          ReduceOp op) {
+                          ReduceOp op, double postscale) {
   const size_t bytes = count * dtype_size(dtype);
   if (bytes > tuning::kDirectReduceBytes || g.size() == 1 || count == 0)
     throw CollectiveError("internal: allreduce_after_send needs a direct-path allreduce");
-  allreduce_direct(g, in, out, count, dtype, op, true);
+  allreduce_direct(g, in, out, count, dtype, op, postscale, true);
 }
 
 void discard_sent_input(Group& g, int peer, size_t bytes) {
@@ -107,7 +110,8 @@ void discard_sent_input(Group& g, int peer, size_t bytes) {
   g.exchange({}, {rs});
 }
 
-void allreduce(Group& g, const void* in, void* out, size_t count, DataType dtype, ReduceOp op) {
+void allreduce(Group& g, const void* in, void* out, size_t count, DataType dtype, ReduceOp op,
+               double postscale) {
   check_group(g, "allreduce");
   check_dtype(dtype, "allreduce");
   check_reduce_op(op, "allreduce");
@@ -117,12 +121,13 @@ void allreduce(Group& g, const void* in, void* out, size_t count, DataType dtype
   if (count == 0) return;
   if (g.size() == 1) {
     if (in != out) std::memcpy(out, in, bytes);
+    scale_buffer(out, count, dtype, postscale);
     return;
   }
   if (bytes <= tuning::kDirectReduceBytes) {
-    allreduce_direct(g, in, out, count, dtype, op);
+    allreduce_direct(g, in, out, count, dtype, op, postscale);
   } else {
-    allreduce_ring(g, in, out, count, dtype, op);
+    allreduce_ring(g, in, out, count, dtype, op, postscale);
   }
 }
 

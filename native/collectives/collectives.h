@@ -12,8 +12,10 @@ namespace hs {
 // out = reduce over ranks of in (count elements). in may equal out. op: Sum, Min, Max, Product
 // (Average = Sum then scale, done by the caller). Small messages: one exchange of whole buffers and
 // a local reduction in rank order (latency-optimal); large: ring reduce-scatter + allgather
-// (bandwidth-optimal). count may be 0.
-void allreduce(Group& g, const void* in, void* out, size_t count, DataType dtype, ReduceOp op);
+// (bandwidth-optimal). count may be 0. The result is then scaled by postscale (scale_buffer) as
+// each piece is finished, not in a second pass over it (Average = Sum with postscale 1/n).
+void allreduce(Group& g, const void* in, void* out, size_t count, DataType dtype, ReduceOp op,
+               double postscale = 1.0);
 
 // The halves of a small allreduce whose input goes out ahead of negotiation (the engine's
 // speculative path): allreduce_send_input sends this rank's whole input to every peer, exactly
@@ -23,7 +25,7 @@ void allreduce(Group& g, const void* in, void* out, size_t count, DataType dtype
 // peer sent that way for a collective that then failed.
 void allreduce_send_input(Group& g, const void* in, size_t bytes);
 void allreduce_after_send(Group& g, const void* in, void* out, size_t count, DataType dtype,
-                          ReduceOp op);
+                          ReduceOp op, double postscale = 1.0);
 void discard_sent_input(Group& g, int peer, size_t bytes);
 
 // out = concatenation, in rank order, of every rank's in; bytes_per_rank[r] is rank r's size

@@ -15,7 +15,7 @@ std::vector<Lane> make_lanes(const std::vector<Segment>& owned, int n, bool bidi
 }
 
 void ring_reduce_scatter(Group& g, const std::vector<Lane>& lanes, const char* in, DataType dtype,
-                         ReduceOp op, const SegmentPlace& place) {
+                         ReduceOp op, const SegmentPlace& place, double postscale) {
   const int n = g.size(), r = g.rank();
   const size_t es = dtype_size(dtype);
   std::vector<SendSpec> sends;
@@ -44,6 +44,7 @@ void ring_reduce_scatter(Group& g, const std::vector<Lane>& lanes, const char* i
         rs.local = in + si.offset * es;
         rs.dtype = dtype;
         rs.op = op;
+        if (k + 2 == n) rs.postscale = postscale;  // this step finishes the segment
         recvs.push_back(rs);
       }
     }

@@ -266,11 +266,12 @@ bool Engine::engine_thread_needed() {
 
 bool Engine::take_local_requests() {
   if (spec_.active) return false;  // see Speculation: nothing may overtake the early-sent input
-  std::vector<TensorRequest> batch;
+  std::vector<TensorRequest>& batch = taken_;
+  batch.clear();
   {
     std::lock_guard<std::mutex> l(queue_mu_);
     if (queue_.empty()) return false;
-    batch.swap(queue_);
+    batch.swap(queue_);  // queue_ keeps the capacity of the batch before: no regrowth per burst
   }
   WireWriter w;
   w.put<uint8_t>(kRequests);
@@ -278,7 +279,6 @@ bool Engine::take_local_requests() {
   bool sent_early = false;
   for (auto& req : batch) {
     const RequestMeta& m = req.meta;
-    std::string key = req.key;
     if (timeline_.active()) {
       timeline_.begin(m.name, "QUEUE", req.enqueued_us);
       timeline_.end(m.name);
@@ -299,8 +299,10 @@ bool Engine::take_local_requests() {
       w.put<uint8_t>(kFullRequest);
       m.write(w);
     }
-    entries_[key] = std::move(req);
+    std::string key = req.key;  // (copied before req moves into the entry)
+    entries_.insert_or_assign(std::move(key), std::move(req));
   }
+  batch.clear();
   if (rank_ != 0 && !sent_early) transport_.post_control(0, w.take());
   return true;
 }
@@ -387,8 +389,7 @@ bool Engine::complete_speculation() {
     timeline_.begin(m.name, "COLLECTIVE");
   }
   try {
-    allreduce_after_send(g, it->second.in, it->second.out, n, m.dtype, plan.op);
-    scale_buffer(it->second.out, n, m.dtype, plan.postscale);
+    allreduce_after_send(g, it->second.in, it->second.out, n, m.dtype, plan.op, plan.postscale);
     if (timeline_.active()) timeline_.end(m.name);
   } catch (const CollectiveError& e) {
     fail_entry(spec_.key, HandleError::kCollective, e.what());

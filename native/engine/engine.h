@@ -156,6 +156,7 @@ class Engine {
   std::map<int32_t, std::vector<int32_t>> process_sets_;
 
   // engine-thread state
+  std::vector<TensorRequest> taken_;  // the batch take_local_requests() works on, reused
   std::unordered_map<std::string, TensorRequest> entries_;
   std::map<int32_t, std::unique_ptr<Group>> groups_;
   uintptr_t mpi_comm_ = 0;

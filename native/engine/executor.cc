@@ -164,10 +164,9 @@ void Engine::execute_allreduce(const Response& r, Group& g) {
     }
     if (timeline_.active()) timeline_.begin(first, "COLLECTIVE");
     if (std::find(r.presend.begin(), r.presend.end(), rank_) != r.presend.end())
-      allreduce_after_send(g, in, out, n, r.dtype, op);
+      allreduce_after_send(g, in, out, n, r.dtype, op, post);
     else
-      allreduce(g, in, out, n, r.dtype, op);
-    scale_buffer(out, n, r.dtype, post);
+      allreduce(g, in, out, n, r.dtype, op, post);
     if (timeline_.active()) timeline_.end(first);
     return finish(entry->first, HandleResult{});
   }
@@ -180,8 +179,8 @@ void Engine::execute_allreduce(const Response& r, Group& g) {
   if (timeline_.active()) for (auto& n : r.names) timeline_.begin(n, "MEMCPY_IN_FUSION_BUFFER");
   // Each member's entry, looked up once (finishing one member leaves the others' iterators valid).
   std::vector<decltype(entries_)::iterator> members(r.names.size());
-  // Scaling each piece right after its copy finds it still in cache: cheaper than a second pass
-  // over the whole fusion buffer.
+  // Prescaling each piece right after its copy finds it still in cache: cheaper than a second
+  // pass over the whole fusion buffer.
   size_t off = 0;
   for (size_t i = 0; i < r.names.size(); ++i) {
     size_t b = r.tensor_bytes(i);
@@ -197,7 +196,7 @@ void Engine::execute_allreduce(const Response& r, Group& g) {
     off += b;
   }
   if (timeline_.active()) for (auto& n : r.names) { timeline_.end(n); timeline_.begin(n, "COLLECTIVE"); }
-  allreduce(g, buf, buf, total / es, r.dtype, op);
+  allreduce(g, buf, buf, total / es, r.dtype, op, post);
   if (timeline_.active()) for (auto& n : r.names) { timeline_.end(n); timeline_.begin(n, "MEMCPY_OUT_FUSION_BUFFER"); }
   off = 0;
   for (size_t i = 0; i < r.names.size(); ++i) {
@@ -206,7 +205,6 @@ void Engine::execute_allreduce(const Response& r, Group& g) {
     if (it != entries_.end()) {
       for_each_piece(it->second, b, [&](const void*, void* out, size_t pb, size_t at) {
         std::memcpy(out, buf + off + at, pb);
-        scale_buffer(out, pb / es, r.dtype, post);
       });
       if (timeline_.active()) timeline_.end(r.names[i]);
       finish(it->first, HandleResult{});
@@ -247,12 +245,9 @@ bool Engine::execute_allreduce_scattered(const Response& r, Group& g, size_t tot
       if (in != out) std::memcpy(out, in, pb);
       scale_buffer(out, pb / es, r.dtype, r.prescale);
     });
-  allreduce(g, sb.base, const_cast<uint8_t*>(sb.base), total / es, r.dtype, op);
+  allreduce(g, sb.base, const_cast<uint8_t*>(sb.base), total / es, r.dtype, op, post);
   stats_.scattered_allreduces++;
   for (size_t i = 0; i < r.names.size(); ++i) {
-    for_each_piece(members[i]->second, r.tensor_bytes(i), [&](const void*, void* out, size_t pb, size_t) {
-      scale_buffer(out, pb / es, r.dtype, post);
-    });
     if (timeline_.active()) timeline_.end(r.names[i]);
     finish(members[i]->first, HandleResult{});
   }

@@ -33,6 +33,9 @@ struct RecvSpec {
   // data pass the lower rank's operand first on both sides, so both get the same bits even where
   // op is not exactly commutative (Min/Max with NaN, the payload of NaN + NaN).
   bool incoming_first = false;
+  // kReduce only: then dest[i] *= postscale (scale_buffer), while the reduced piece is still in
+  // cache; an allreduce's last reduction uses it instead of a pass over the whole result.
+  double postscale = 1.0;
 };
 
 // An address range [base, base + bytes) that stands for memory scattered elsewhere: the piece

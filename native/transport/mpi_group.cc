@@ -94,6 +94,7 @@ void MpiGroup::exchange(const std::vector<SendSpec>& sends, const std::vector<Re
     const size_t count = r.bytes / dtype_size(r.dtype);
     if (r.incoming_first) reduce_buffers(r.dest, landing[i], local, count, r.dtype, r.op);
     else reduce_buffers(r.dest, local, landing[i], count, r.dtype, r.op);
+    scale_buffer(r.dest, count, r.dtype, r.postscale);
   }
 }
 

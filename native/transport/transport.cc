@@ -419,6 +419,7 @@ void Transport::exchange(const std::vector<SendSpec>& sends, const std::vector<R
               reduce_buffers(dst, span.first, local, k / r.esize, spec.dtype, spec.op);
             else
               reduce_buffers(dst, local, span.first, k / r.esize, spec.dtype, spec.op);
+            scale_buffer(dst, k / r.esize, spec.dtype, spec.postscale);
           }
         } else {
           k = std::min(span.second, r.total - r.off);

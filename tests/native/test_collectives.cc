@@ -315,6 +315,24 @@ void test_reductions(int n, DataType dt, ReduceOp op, size_t count) {
     }
   }
 
+  // A postscale is folded into the last reduction step: the bits must equal a separate pass of
+  // scale_buffer over the result (Average is Sum with postscale 1/n).
+  if (dt != DataType::kBool) {
+    const double factor = hs::dtype_is_float(dt) ? 0.37 : 0.5;
+    Bytes expected = out[0];
+    hs::scale_buffer(expected.data(), count, dt, factor);
+    std::vector<Bytes> scaled;
+    for (int r = 0; r < n; ++r) scaled.emplace_back(bytes, char(0x5a));
+    if (run_ok(n, what + " postscale", [&](hs::Group& g) {
+          const size_t r = size_t(g.rank());
+          hs::allreduce(g, in[r].data(), scaled[r].data(), count, dt, op, factor);
+        })) {
+      for (int r = 0; r < n; ++r)
+        expect(same_bytes(scaled[size_t(r)].data(), expected.data(), bytes),
+               what + ": postscaled result on rank " + std::to_string(r) + " differs from a separate scale");
+    }
+  }
+
   for (const auto& counts : block_layouts(count, n)) {
     std::string layout;
     for (size_t c : counts) layout += std::to_string(c) + ",";

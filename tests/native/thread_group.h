@@ -233,6 +233,7 @@ inline void ThreadGroup::exchange(const std::vector<hs::SendSpec>& sends,
           hs::reduce_buffers(dest, m->data + off, local, len / unit, p.spec->dtype, p.spec->op);
         else
           hs::reduce_buffers(dest, local, m->data + off, len / unit, p.spec->dtype, p.spec->op);
+        hs::scale_buffer(dest, len / unit, p.spec->dtype, p.spec->postscale);
       } else if (len > 0) {
         std::memcpy(dest, m->data + off, len);
       }
