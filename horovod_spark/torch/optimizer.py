@@ -44,6 +44,16 @@ def _on_grad_ready(optimizer_ref, param):
     return hook
 
 
+class _GradGroup:
+    """Parameters allreduced as one unit (``groups=``). Hashed by identity: a tuple of hundreds of
+    parameters as a dict key would be hashed element by element on every gradient's hook."""
+    __slots__ = ("params", "ready")
+
+    def __init__(self, params):
+        self.params = tuple(params)
+        self.ready = set()  # members whose gradient is ready this step
+
+
 class _DistributedOptimizer:
     """Mixed in front of the wrapped optimizer's class (see ``DistributedOptimizer``)."""
 
@@ -79,15 +89,15 @@ class _DistributedOptimizer:
 
         self._parameter_names = {p: name for name, p in named_parameters}
         self._allreduce_delay = {p: backward_passes_per_step for _, p in named_parameters}
-        # key: a parameter, or a tuple of parameters allreduced as one group;
+        # key: a parameter, or the _GradGroup of parameters allreduced as one unit;
         # value: (handle or None while gradients still accumulate locally, compression contexts)
         self._handles = {}
         self._requires_update = []
         self._synchronized = False
         self._should_synchronize = True
         self._groups = validate_groups(groups)
-        self._param_group = {}
-        self._ready_in_group = {}
+        self._param_group = {}  # parameter -> its _GradGroup (groups= only)
+        self._grad_groups = []
         self._distributed = process_set.included() and process_set.size() > 1
         if self._distributed:
             self._register_hooks()
@@ -97,10 +107,11 @@ class _DistributedOptimizer:
     def _register_hooks(self):
         trainable = [p for group in self.param_groups for p in group["params"] if p.requires_grad]
         if self._groups is not None:
-            for group in form_groups(trainable, self._groups, self._parameter_names, self.process_set):
-                for p in group:
+            for params in form_groups(trainable, self._groups, self._parameter_names, self.process_set):
+                group = _GradGroup(params)
+                for p in params:
                     self._param_group[p] = group
-                self._ready_in_group[group] = set()
+                self._grad_groups.append(group)
         for p in trainable:
             self._watch(p)
 
@@ -161,7 +172,7 @@ class _DistributedOptimizer:
         return handle, ctxs
 
     def _launch(self, key):
-        return self._launch_group(key) if isinstance(key, tuple) else self._launch_one(key)
+        return self._launch_group(key.params) if isinstance(key, _GradGroup) else self._launch_one(key)
 
     def _grad_ready(self, p):
         if self._allreduce_delay[p] <= 0:
@@ -176,9 +187,8 @@ class _DistributedOptimizer:
             self._handles.setdefault(key, (None, None))
             return
         if group is not None:
-            ready = self._ready_in_group[group]
-            ready.add(p)
-            if len(ready) < len(group):
+            group.ready.add(p)
+            if len(group.ready) < len(group.params):
                 self._handles.setdefault(group, (None, None))
                 return
         self._handles[key] = self._launch(key)
@@ -200,16 +210,16 @@ class _DistributedOptimizer:
                 self._handles[key] = self._launch(key)
         try:
             for key, (handle, ctx) in self._handles.items():
-                if isinstance(key, tuple):
-                    for p, out, c in zip(key, synchronize(handle), ctx):
+                if isinstance(key, _GradGroup):
+                    for p, out, c in zip(key.params, synchronize(handle), ctx):
                         self._store_grad(p, out, c)
                 else:
                     out = handle() if callable(handle) else synchronize(handle)
                     self._store_grad(key, out, ctx)
         finally:
             self._handles.clear()
-            for ready in self._ready_in_group.values():
-                ready.clear()
+            for group in self._grad_groups:
+                group.ready.clear()
             for p in self._allreduce_delay:
                 self._allreduce_delay[p] = self.backward_passes_per_step
         self._synchronized = True
@@ -255,8 +265,8 @@ class _DistributedOptimizer:
         self._handles.clear()
         self._synchronized = False
         self._should_synchronize = True
-        for ready in self._ready_in_group.values():
-            ready.clear()
+        for group in self._grad_groups:
+            group.ready.clear()
         for p in self._allreduce_delay:
             self._allreduce_delay[p] = self.backward_passes_per_step
         return super().load_state_dict(state_dict)
