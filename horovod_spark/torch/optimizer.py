@@ -11,7 +11,7 @@ from contextlib import contextmanager
 import torch
 
 from horovod_spark.common.process_sets import global_process_set
-from horovod_spark.torch._reduce_ops import (Adasum, Average, allreduce_async_, grouped_allreduce_async_,
+from horovod_spark.torch._reduce_ops import (Adasum, Average, _launch_allreduce, grouped_allreduce_async_,
                                              sparse_allreduce_async)
 from horovod_spark.torch._handles import synchronize
 from horovod_spark.torch.compression import Compression
@@ -97,6 +97,7 @@ class _DistributedOptimizer:
         self._should_synchronize = True
         self._groups = validate_groups(groups)
         self._param_group = {}  # parameter -> its _GradGroup (groups= only)
+        self._units = None  # cache of _unit_count()
         self._grad_groups = []
         self._distributed = process_set.included() and process_set.size() > 1
         if self._distributed:
@@ -117,6 +118,7 @@ class _DistributedOptimizer:
 
     def _watch(self, p):
         self._requires_update.append(p)
+        self._units = None
         handle = p.register_post_accumulate_grad_hook(_on_grad_ready(weakref.ref(self), p))
         weakref.finalize(self, handle.remove)
 
@@ -146,21 +148,26 @@ class _DistributedOptimizer:
         return 1.0, 1.0
 
     def _dense_grad(self, p):
-        if p.grad is None:
+        grad = p.grad
+        if grad is None:
             # This rank never used p this step, but others may have: it still has to take part.
-            p.grad = torch.zeros_like(p)
-        if p.grad.is_sparse:
-            p.grad = p.grad.to_dense()
-        return p.grad
+            grad = p.grad = torch.zeros_like(p)
+        if grad.is_sparse:
+            grad = p.grad = grad.to_dense()
+        return grad
 
     def _launch_one(self, p):
+        # Once per parameter per step, from the parameter's hook in the middle of backward: every
+        # attribute look-up here is paid hundreds of times a step on a model of small layers.
         name = self._parameter_names.get(p)
-        if p.grad is not None and p.grad.is_sparse and not self.sparse_as_dense:
-            return sparse_allreduce_async(p.grad, name, self.op, self.process_set), None
-        compressed, ctx = self._compression.compress(self._dense_grad(p))
+        grad = p.grad
+        if grad is not None and grad.is_sparse and not self.sparse_as_dense:
+            return sparse_allreduce_async(grad, name, self.op, self.process_set), None
+        grad = self._dense_grad(p)
+        compression = self._compression
+        compressed, ctx = (grad, None) if compression is Compression.none else compression.compress(grad)
         pre, post = self._scale_factors()
-        handle = allreduce_async_(compressed, name=name, op=self.op, prescale_factor=pre,
-                                  postscale_factor=post, process_set=self.process_set)
+        handle = _launch_allreduce(compressed, True, name, self.op, pre, post, self.process_set)
         return handle, ctx
 
     def _launch_group(self, group):
@@ -175,23 +182,27 @@ class _DistributedOptimizer:
         return self._launch_group(key.params) if isinstance(key, _GradGroup) else self._launch_one(key)
 
     def _grad_ready(self, p):
-        if self._allreduce_delay[p] <= 0:
+        delay = self._allreduce_delay[p]
+        if delay <= 0:
             raise AssertionError(_TOO_MANY_PASSES)
-        if p.grad is not None and p.grad.requires_grad:
+        grad = p.grad
+        if grad is not None and grad.requires_grad:
             raise AssertionError("gradient of %s requires grad; DistributedOptimizer cannot average "
                                  "higher-order gradients" % self._parameter_names.get(p))
-        self._allreduce_delay[p] -= 1
+        self._allreduce_delay[p] = delay = delay - 1
         group = self._param_group.get(p)
         key = p if group is None else group
-        if self._allreduce_delay[p] > 0:
+        if delay > 0:
             self._handles.setdefault(key, (None, None))
             return
-        if group is not None:
-            group.ready.add(p)
-            if len(group.ready) < len(group.params):
-                self._handles.setdefault(group, (None, None))
-                return
-        self._handles[key] = self._launch(key)
+        if group is None:
+            self._handles[p] = self._launch_one(p)
+            return
+        group.ready.add(p)
+        if len(group.ready) < len(group.params):
+            self._handles.setdefault(group, (None, None))
+            return
+        self._handles[group] = self._launch_group(group.params)
 
     # -- waiting -----------------------------------------------------------------------------------
 
@@ -203,26 +214,36 @@ class _DistributedOptimizer:
             return
         # Parameters whose gradient this rank did not produce still join the allreduce, in the
         # same unit (single or group) as on ranks that did produce it.
-        for p in self._requires_update:
-            self._handles.setdefault(self._param_group.get(p, p), (None, None))
+        if len(self._handles) < self._unit_count():
+            for p in self._requires_update:
+                self._handles.setdefault(self._param_group.get(p, p), (None, None))
         for key, (handle, _) in list(self._handles.items()):
             if handle is None:
                 self._handles[key] = self._launch(key)
+        plain = self._compression is Compression.none
         try:
             for key, (handle, ctx) in self._handles.items():
                 if isinstance(key, _GradGroup):
                     for p, out, c in zip(key.params, synchronize(handle), ctx):
                         self._store_grad(p, out, c)
+                elif callable(handle):
+                    self._store_grad(key, handle(), ctx)
                 else:
-                    out = handle() if callable(handle) else synchronize(handle)
-                    self._store_grad(key, out, ctx)
+                    out = synchronize(handle)
+                    if not (plain and out is key.grad):  # (in place, nothing to decompress)
+                        self._store_grad(key, out, ctx)
         finally:
             self._handles.clear()
             for group in self._grad_groups:
                 group.ready.clear()
-            for p in self._allreduce_delay:
-                self._allreduce_delay[p] = self.backward_passes_per_step
+            self._allreduce_delay = dict.fromkeys(self._allreduce_delay, self.backward_passes_per_step)
         self._synchronized = True
+
+    def _unit_count(self):
+        """How many allreduce units (single parameters and groups) a step has."""
+        if self._units is None:
+            self._units = len({self._param_group.get(p, p) for p in self._requires_update})
+        return self._units
 
     def _store_grad(self, p, output, ctx):
         output = self._compression.decompress(output, ctx)
