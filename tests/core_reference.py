@@ -1,5 +1,7 @@
 """Deterministic per-rank inputs and numpy references for the core's collectives, so every rank can
 rebuild every other rank's input and check its own result without extra communication."""
+import os
+
 import numpy as np
 
 DTYPES = ["uint8", "int8", "int32", "int64", "float16", "bfloat16", "float32", "float64", "bool"]
@@ -57,3 +59,12 @@ def matches(result_raw, reference, dtype):
     if dtype in TOLERANCE:
         return np.allclose(got, reference, rtol=TOLERANCE[dtype], atol=TOLERANCE[dtype])
     return np.array_equal(got, reference)
+
+
+def pretend_two_hosts():
+    """Before init: this rank believes it runs on host<rank // 2>, so pairs of ranks share memory
+    and the pairs talk over TCP (a mixed-transport job on one machine)."""
+    rank = int(os.environ["HOROVOD_RANK"])
+    os.environ["HOROVOD_HOSTNAME"] = "host%d" % (rank // 2)
+    for var in ("HOROVOD_LOCAL_RANK", "HOROVOD_LOCAL_SIZE", "HOROVOD_CROSS_RANK", "HOROVOD_CROSS_SIZE"):
+        os.environ.pop(var, None)

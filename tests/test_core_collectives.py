@@ -6,17 +6,12 @@ from horovod_spark.runner.local import run_local
 
 
 def _sweep(transport):
-    import os
     import numpy as np
     from horovod_spark.common import basics, ops
     import core_reference as ref
 
     if transport == "mixed":
-        # Two pretend hosts: shared memory inside each pair of ranks, TCP between the pairs.
-        rank = int(os.environ["HOROVOD_RANK"])
-        os.environ["HOROVOD_HOSTNAME"] = "host%d" % (rank // 2)
-        for var in ("HOROVOD_LOCAL_RANK", "HOROVOD_LOCAL_SIZE", "HOROVOD_CROSS_RANK", "HOROVOD_CROSS_SIZE"):
-            os.environ.pop(var, None)
+        ref.pretend_two_hosts()
     basics.init()
     if transport == "mixed":
         assert (basics.local_size(), basics.cross_size()) == (2, 2)
@@ -104,16 +99,12 @@ def _fused_sweep(transport):
     """Many tensors submitted before any wait, so the engine fuses them: odd sizes, in place and
     out of place, every op, a packed group, pre/postscale; large enough (> 64 KiB fused) that the
     fused allreduce runs between the tensors' own memory with no fusion-buffer copy."""
-    import os
     import numpy as np
     from horovod_spark.common import _core, basics, ops
     import core_reference as ref
 
     if transport == "mixed":
-        rank = int(os.environ["HOROVOD_RANK"])
-        os.environ["HOROVOD_HOSTNAME"] = "host%d" % (rank // 2)
-        for var in ("HOROVOD_LOCAL_RANK", "HOROVOD_LOCAL_SIZE", "HOROVOD_CROSS_RANK", "HOROVOD_CROSS_SIZE"):
-            os.environ.pop(var, None)
+        ref.pretend_two_hosts()
     basics.init()
     r, n = basics.rank(), basics.size()
     failures = []
