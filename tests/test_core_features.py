@@ -63,6 +63,12 @@ def _features(timeline_path):
     for h in hs:
         ops.wait(h)
     out["mixed"] = [before_mix.tolist(), [m.tolist() for m in members], after_mix.tolist()]
+    # The same tensor twice in one in-place group, large enough for the copy-free path: the
+    # members share memory, so the engine stages them and each gets the plain reduction.
+    twice = np.full(20000, float(r + 1), np.float32)
+    ops.wait(ops.grouped_allreduce_async("alias.group", [twice.ctypes.data] * 2, [twice.ctypes.data] * 2,
+                                         "float32", [twice.shape] * 2, ops.Sum))
+    out["aliased"] = sorted(set(twice.tolist()))
 
     # Process set of ranks {0, 2}: rank 1 is not in it and does other work meanwhile.
     ps = process_sets.add_process_set([0, 2])
@@ -111,6 +117,7 @@ def test_fusion_cache_grouped_process_sets_join_and_timeline(tmp_path):
         assert "negative dimension" in out["bad_member"], out["bad_member"]
         assert out["grouped_again"] == [9.0, 18.0]
         assert out["grouped_cached_requests"] == 1, out  # a whole group is one cached request
+        assert out["aliased"] == [float(sum(q + 1 for q in range(3)))], out["aliased"]
         assert out["mixed"] == [[3.0] * 5, [[6.0] * 7, [], [6.0] * 2], [3.0] * 3], out["mixed"]
         assert out["ps_value"] == (2.0 if r in (0, 2) else 1.0)
         assert out["ps_rank"] == {0: 0, 1: None, 2: 1}[r]

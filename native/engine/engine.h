@@ -115,6 +115,8 @@ class Engine {
   // A fused allreduce straight between the tensors (see ScatteredBuffer); false (nothing done)
   // where it must stage through the fusion buffer instead.
   bool execute_allreduce_scattered(const Response& r, Group& g, size_t total, ReduceOp op, double post);
+  bool members_alias(const Response& r,
+                     const std::vector<std::unordered_map<std::string, TensorRequest>::iterator>& members) const;
   void execute_allgather(const Response& r, Group& g);
   void execute_broadcast(const Response& r, Group& g);
   void execute_alltoall(const Response& r, Group& g);

@@ -213,6 +213,26 @@ void Engine::execute_allreduce(const Response& r, Group& g) {
   }
 }
 
+bool Engine::members_alias(const Response& r,
+                           const std::vector<decltype(entries_)::iterator>& members) const {
+  // Through a fusion buffer every input is read before any output is written, so tensors may
+  // share memory (the same tensor twice in one group, an output that is another's input). In
+  // place between the tensors they would read each other's half-reduced data: stage those.
+  std::vector<std::pair<const uint8_t*, const uint8_t*>> ranges;
+  for (size_t i = 0; i < r.names.size(); ++i)
+    for_each_piece(members[i]->second, r.tensor_bytes(i), [&](const void* in, void* out, size_t pb, size_t) {
+      if (pb == 0) return;
+      auto* o = static_cast<const uint8_t*>(out);
+      ranges.emplace_back(o, o + pb);
+      auto* x = static_cast<const uint8_t*>(in);
+      if (x != o) ranges.emplace_back(x, x + pb);
+    });
+  std::sort(ranges.begin(), ranges.end());
+  for (size_t i = 1; i < ranges.size(); ++i)
+    if (ranges[i].first < ranges[i - 1].second) return true;
+  return false;
+}
+
 bool Engine::execute_allreduce_scattered(const Response& r, Group& g, size_t total, ReduceOp op,
                                          double post) {
   // Only the ring moves every byte through the transport (the direct path reduces in memory), and
@@ -235,6 +255,7 @@ bool Engine::execute_allreduce_scattered(const Response& r, Group& g, size_t tot
     });
     off += r.tensor_bytes(i);
   }
+  if (members_alias(r, members)) return false;
   ScatterScope scope(g, &sb);
   if (!scope.ok()) return false;
   // The result overwrites each output, so the reduction runs in place there: an output that is not
