@@ -149,7 +149,10 @@ bool arg_double(PyObject* o, const char* what, double* out) {
 }
 
 bool arg_shape(PyObject* o, std::vector<int64_t>* shape) {
-  PyObject* seq = PySequence_Fast(o, "allreduce: shape must be a tuple or list of ints");
+  // torch.Size is a tuple subclass, which PySequence_Fast would copy into a new list on every
+  // call: read any tuple in place.
+  PyObject* seq = PyTuple_Check(o) ? (Py_INCREF(o), o)
+                                   : PySequence_Fast(o, "allreduce: shape must be a tuple or list of ints");
   if (!seq) return false;
   Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
   PyObject** items = PySequence_Fast_ITEMS(seq);
