@@ -10,7 +10,7 @@
 namespace hs {
 
 // out = reduce over ranks of in (count elements). in may equal out. op: Sum, Min, Max, Product
-// (Average = Sum then scale, done by the caller). Small messages: one exchange of whole buffers and
+// (the caller turns Average into Sum with a postscale of 1/n). Small messages: one exchange of whole buffers and
 // a local reduction in rank order (latency-optimal); large: ring reduce-scatter + allgather
 // (bandwidth-optimal). count may be 0. The result is then scaled by postscale (scale_buffer) as
 // each piece is finished, not in a second pass over it (Average = Sum with postscale 1/n).

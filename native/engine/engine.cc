@@ -567,6 +567,10 @@ void Engine::fatal(const std::string& msg) {
   }
   for (auto& kv : entries_) handles_.fail(kv.second.handle, HandleError::kInternal, msg);
   entries_.clear();
+  // A batch cut short by the error: requests not yet moved into entries_ (failing a handle twice
+  // is harmless, so the moved-from ones need no telling apart).
+  for (auto& t : taken_) handles_.fail(t.handle, HandleError::kInternal, msg);
+  taken_.clear();
   for (auto& q : queued) handles_.fail(q.handle, HandleError::kInternal, msg);
   std::fprintf(stderr, "[horovod_spark] rank %d: %s\n", rank_, msg.c_str());
   std::fflush(stderr);
