@@ -59,6 +59,26 @@ SWEEP = textwrap.dedent("""
                 bad.append("broadcast %s %d" % (dtype, count))
             # an mpi4py call in between ours
             MPI.COMM_WORLD.Barrier()
+    # Submitted together (fused), Average (1/n applied in the last reduction step, here by the MPI
+    # group), and a packed grouped allreduce: MPI groups stage fused data through the buffer.
+    counts = (5, 40000, 3)
+    xs = [[ref.make_input("float32", c, q, salt=i) for i, c in enumerate(counts)] for q in range(n)]
+    mine = [x.copy() for x in xs[r]]
+    hs = [ops.allreduce_async("avg%d" % i, x.ctypes.data, x.ctypes.data, "float32", x.shape, ops.Average)
+          for i, x in enumerate(mine)]
+    gs = [[ref.make_input("float64", c, q, salt=20 + i) for i, c in enumerate(counts)] for q in range(n)]
+    group = [x.copy() for x in gs[r]]
+    hs.append(ops.grouped_allreduce_async("grp", [x.ctypes.data for x in group], [x.ctypes.data for x in group],
+                                          "float64", [x.shape for x in group], ops.Sum))
+    for h in hs:
+        ops.wait(h)
+    for i in range(len(counts)):
+        if not ref.matches(mine[i], ref.reduce_reference([xs[q][i] for q in range(n)], "float32", "Sum") / n,
+                           "float32"):
+            bad.append("fused Average %d" % i)
+        if not ref.matches(group[i], ref.reduce_reference([gs[q][i] for q in range(n)], "float64", "Sum"),
+                           "float64"):
+            bad.append("grouped member %d" % i)
     ops.wait(ops.barrier_async())
     print("FAILURES:", bad, flush=True)
     basics.shutdown()
