@@ -39,7 +39,7 @@ struct TensorRequest {
   // A grouped allreduce travels as one request whose tensor is the concatenation of its members
   // (meta.shape = {total elements}, meta.splits = the members' shapes, so ranks are checked
   // member by member): one negotiation, one cache id and one handle for the whole group. The
-  // members' memory is listed here instead of in/out and is gathered into the fusion buffer.
+  // members' memory is listed here instead of in/out (see Engine::execute_allreduce).
   std::vector<PackedMember> members;
   int64_t handle = 0;
   int64_t enqueued_us = 0;
@@ -114,9 +114,10 @@ class Engine {
   void execute_allreduce(const Response& r, Group& g);
   // A fused allreduce straight between the tensors (see ScatteredBuffer); false (nothing done)
   // where it must stage through the fusion buffer instead.
-  bool execute_allreduce_scattered(const Response& r, Group& g, size_t total, ReduceOp op, double post);
-  bool members_alias(const Response& r,
-                     const std::vector<std::unordered_map<std::string, TensorRequest>::iterator>& members) const;
+  using Entries = std::unordered_map<std::string, TensorRequest>;  // by tensor_key()
+  bool execute_allreduce_scattered(const Response& r, Group& g, const std::vector<Entries::iterator>& members,
+                                   size_t total, ReduceOp op, double post);
+  bool members_alias(const Response& r, const std::vector<Entries::iterator>& members) const;
   void execute_allgather(const Response& r, Group& g);
   void execute_broadcast(const Response& r, Group& g);
   void execute_alltoall(const Response& r, Group& g);
@@ -159,7 +160,7 @@ class Engine {
 
   // engine-thread state
   std::vector<TensorRequest> taken_;  // the batch take_local_requests() works on, reused
-  std::unordered_map<std::string, TensorRequest> entries_;
+  Entries entries_;
   std::map<int32_t, std::unique_ptr<Group>> groups_;
   uintptr_t mpi_comm_ = 0;
   // Response-cache ids this rank knows, by tensor key; a few signatures per key (the same name
@@ -178,8 +179,8 @@ class Engine {
   // completes, the rank sends no other request (other threads' requests wait in the queue), so
   // the coordinator cannot order anything of this rank's before X, whose data is already on
   // its way. When every rank said the same X and S, each one reduces on its own and the
-  // coordinator answers nothing: one hop instead of request, response and data. Otherwise the coordinator's response lists who sent
-  // early (Response::presend). S counts executed global-set responses plus speculative
+  // coordinator answers nothing: one hop instead of request, response and data. Otherwise the
+  // coordinator's response lists who sent early (Response::presend). S counts executed global-set responses plus speculative
   // completions, which is the same on every rank at the same point of a consistent program.
   struct Speculation {
     bool active = false;

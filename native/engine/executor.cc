@@ -175,16 +175,19 @@ void Engine::execute_allreduce(const Response& r, Group& g) {
   if (fusion_buffer_.size() < total) fusion_buffer_.resize(total);
   uint8_t* buf = fusion_buffer_.data();
   const size_t es = dtype_size(r.dtype);
-  if (total > tuning::kDirectReduceBytes && execute_allreduce_scattered(r, g, total, op, post)) return;
+  // Each member's entry, looked up once (finishing one member leaves the others' iterators valid);
+  // end() for a rank that joined.
+  std::vector<Entries::iterator> members(r.names.size());
+  for (size_t i = 0; i < r.names.size(); ++i) members[i] = entries_.find(key_of(r.process_set, r.names[i]));
+  if (total > tuning::kDirectReduceBytes && execute_allreduce_scattered(r, g, members, total, op, post))
+    return;
   if (timeline_.active()) for (auto& n : r.names) timeline_.begin(n, "MEMCPY_IN_FUSION_BUFFER");
-  // Each member's entry, looked up once (finishing one member leaves the others' iterators valid).
-  std::vector<decltype(entries_)::iterator> members(r.names.size());
   // Prescaling each piece right after its copy finds it still in cache: cheaper than a second
   // pass over the whole fusion buffer.
   size_t off = 0;
   for (size_t i = 0; i < r.names.size(); ++i) {
     size_t b = r.tensor_bytes(i);
-    auto it = members[i] = entries_.find(key_of(r.process_set, r.names[i]));
+    auto it = members[i];
     if (it == entries_.end()) {
       std::memset(buf + off, 0, b);  // this rank joined: it contributes zeros
     } else {
@@ -213,8 +216,7 @@ void Engine::execute_allreduce(const Response& r, Group& g) {
   }
 }
 
-bool Engine::members_alias(const Response& r,
-                           const std::vector<decltype(entries_)::iterator>& members) const {
+bool Engine::members_alias(const Response& r, const std::vector<Entries::iterator>& members) const {
   // Through a fusion buffer every input is read before any output is written, so tensors may
   // share memory (the same tensor twice in one group, an output that is another's input). In
   // place between the tensors they would read each other's half-reduced data: stage those.
@@ -233,15 +235,14 @@ bool Engine::members_alias(const Response& r,
   return false;
 }
 
-bool Engine::execute_allreduce_scattered(const Response& r, Group& g, size_t total, ReduceOp op,
-                                         double post) {
+bool Engine::execute_allreduce_scattered(const Response& r, Group& g,
+                                         const std::vector<Entries::iterator>& members, size_t total,
+                                         ReduceOp op, double post) {
   // Only the ring moves every byte through the transport (the direct path reduces in memory), and
   // a rank that joined has no tensors to point at: those stage through the fusion buffer.
-  std::vector<decltype(entries_)::iterator> members(r.names.size());
-  for (size_t i = 0; i < r.names.size(); ++i) {
-    members[i] = entries_.find(key_of(r.process_set, r.names[i]));
-    if (members[i] == entries_.end()) return false;
-  }
+  for (const auto& it : members)
+    if (it == entries_.end()) return false;
+  if (members_alias(r, members)) return false;
   const size_t es = dtype_size(r.dtype);
   ScatteredBuffer sb;
   sb.base = fusion_buffer_.data();  // addresses only: nothing reads or writes it on this path
@@ -255,7 +256,6 @@ bool Engine::execute_allreduce_scattered(const Response& r, Group& g, size_t tot
     });
     off += r.tensor_bytes(i);
   }
-  if (members_alias(r, members)) return false;
   ScatterScope scope(g, &sb);
   if (!scope.ok()) return false;
   // The result overwrites each output, so the reduction runs in place there: an output that is not

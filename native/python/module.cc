@@ -148,6 +148,13 @@ bool arg_double(PyObject* o, const char* what, double* out) {
   return true;
 }
 
+// A str argument as UTF-8 (borrowed from the str object); false with a TypeError otherwise.
+bool arg_name(PyObject* o, const char* what, const char** name, Py_ssize_t* len) {
+  *name = PyUnicode_Check(o) ? PyUnicode_AsUTF8AndSize(o, len) : nullptr;
+  if (!*name && !PyErr_Occurred()) PyErr_Format(PyExc_TypeError, "%s must be a str", what);
+  return *name != nullptr;
+}
+
 bool arg_shape(PyObject* o, std::vector<int64_t>* shape) {
   // torch.Size is a tuple subclass, which PySequence_Fast would copy into a new list on every
   // call: read any tuple in place.
@@ -174,12 +181,9 @@ bool parse_allreduce(PyObject* const* args, Py_ssize_t nargs, TensorRequest* req
     PyErr_Format(PyExc_TypeError, "allreduce takes 9 arguments (%zd given)", nargs);
     return false;
   }
+  const char* name;
   Py_ssize_t name_len;
-  const char* name = PyUnicode_Check(args[0]) ? PyUnicode_AsUTF8AndSize(args[0], &name_len) : nullptr;
-  if (!name) {
-    if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "allreduce: name must be a str");
-    return false;
-  }
+  if (!arg_name(args[0], "allreduce: name", &name, &name_len)) return false;
   unsigned long long in_ptr = PyLong_AsUnsignedLongLong(args[1]);
   if (PyErr_Occurred()) return false;
   unsigned long long out_ptr = PyLong_AsUnsignedLongLong(args[2]);
@@ -231,8 +235,7 @@ PyObject* run_allreduce(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
       done = e->run(std::move(req), 1.0, &h);
     }
     if (!done) return PyLong_FromLongLong(h);
-    if (e->handles().take_if_plain(h)) Py_RETURN_TRUE;
-    return take(h).release().ptr();
+    return outcome(*e, h).release().ptr();
   });
 }
 
@@ -273,12 +276,10 @@ PyObject* enqueue_allreduce_group(PyObject*, PyObject* const* args, Py_ssize_t n
     n = len;
   }
   return with_python_errors([&]() -> PyObject* {
+    const char* name;
     Py_ssize_t name_len;
-    const char* name = PyUnicode_Check(args[0]) ? PyUnicode_AsUTF8AndSize(args[0], &name_len) : nullptr;
-    if (!name || name_len == 0) {
-      if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "grouped_allreduce: name must be a non-empty str");
-      return nullptr;
-    }
+    if (!arg_name(args[0], "grouped_allreduce: name", &name, &name_len)) return nullptr;
+    if (name_len == 0) throw std::invalid_argument("grouped_allreduce: name must be a non-empty str");
     if (n == 0) throw std::invalid_argument("grouped_allreduce needs at least one tensor");
     long long dtype, op, process_set;
     double prescale, postscale;

@@ -2,6 +2,7 @@
 // ordered set of ranks (the global set or a process set); peers are addressed by index in it.
 // Which transport carries a pair (shared memory on one host, TCP between hosts) is invisible here.
 #pragma once
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <utility>
@@ -54,6 +55,15 @@ struct ScatteredBuffer {
   }
   // For p inside the range: its real address, and how many bytes from there stay in one piece.
   std::pair<uint8_t*, size_t> resolve(const void* p) const;
+  // A transfer of n bytes at p: p inside the range becomes the address it stands for and n shrinks
+  // to the end of that piece; anything else is left as it is.
+  template <class T>
+  void map(T*& p, size_t& n) const {
+    if (!contains(p)) return;
+    auto piece = resolve(p);
+    p = piece.first;
+    n = std::min(n, piece.second);
+  }
 };
 
 class Group {

@@ -364,11 +364,7 @@ void Transport::exchange(const std::vector<SendSpec>& sends, const std::vector<R
         if (s.off < s.bytes) {
           const uint8_t* src = s.p + s.off;
           size_t len = std::min(s.bytes - s.off, kMaxChunk);
-          if (scattered_ && scattered_->contains(src)) {
-            auto piece = scattered_->resolve(src);
-            src = piece.first;
-            len = std::min(len, piece.second);
-          }
+          if (scattered_) scattered_->map(src, len);
           n = send_or_wait_for_space(s.link, src, len);
         } else {
           n = send_or_wait_for_space(s.link, nullptr, s.total - s.off);  // alignment padding
@@ -398,16 +394,8 @@ void Transport::exchange(const std::vector<SendSpec>& sends, const std::vector<R
           uint8_t* dst = static_cast<uint8_t*>(spec.dest) + r.off;
           const uint8_t* local = spec.local ? static_cast<const uint8_t*>(spec.local) + r.off : nullptr;
           if (scattered_) {  // (pieces hold whole elements: cutting at their ends keeps k whole)
-            if (scattered_->contains(dst)) {
-              auto piece = scattered_->resolve(dst);
-              dst = piece.first;
-              k = std::min(k, piece.second);
-            }
-            if (local && scattered_->contains(local)) {
-              auto piece = scattered_->resolve(local);
-              local = piece.first;
-              k = std::min(k, piece.second);
-            }
+            scattered_->map(dst, k);
+            if (local) scattered_->map(local, k);
           }
           if (!local) local = dst;
           k -= k % r.esize;
