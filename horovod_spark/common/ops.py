@@ -127,6 +127,20 @@ def grouped_allreduce_async(name, in_ptrs, out_ptrs, dtype, shapes, op=Average, 
                                          float(postscale), int(process_set_id))
 
 
+def grouped_allreduce_by_dtype(name, in_ptrs, out_ptrs, dtypes, shapes, op=Average, prescale=1.0,
+                               postscale=1.0, process_set_id=0) -> list:
+    """``grouped_allreduce_async`` for a list that may mix dtypes (``dtypes[i]`` names member i's):
+    one packed group per dtype, each atomic, named ``name`` when there is one dtype and
+    ``name.<dtype>`` otherwise. Returns ``[(member indices, handle)]`` in first-seen dtype order."""
+    by_dtype = {}
+    for i, dtype in enumerate(dtypes):
+        by_dtype.setdefault(dtype, []).append(i)
+    return [(idx, grouped_allreduce_async(name if len(by_dtype) == 1 else "%s.%s" % (name, dtype),
+                                          [in_ptrs[i] for i in idx], [out_ptrs[i] for i in idx], dtype,
+                                          [shapes[i] for i in idx], op, prescale, postscale, process_set_id))
+            for dtype, idx in by_dtype.items()]
+
+
 def allgather_async(name, in_ptr, dtype, shape, process_set_id=0) -> int:
     return _submit(OP_ALLGATHER, name, in_ptr, 0, dtype, shape, process_set_id=process_set_id)
 

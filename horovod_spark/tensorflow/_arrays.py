@@ -44,21 +44,16 @@ def allreduce(arrays, names, op, prescale=1.0, postscale=1.0, process_set_id=0, 
         if not idx:
             continue
         grouped.update(idx)
-        # One packed core request per dtype: the core packs tensors of one dtype.
-        by_dtype = {}
-        for i in idx:
-            by_dtype.setdefault(_core_dtype(arrays[i]), []).append(i)
-        for dtype, members in by_dtype.items():
-            name = names[members[0]] if len(by_dtype) == 1 else "%s.%s" % (names[members[0]], dtype)
-            handle = _core.grouped_allreduce_async(
-                name + ".group", [arrays[i].ctypes.data for i in members], [outs[i].ctypes.data for i in members],
-                dtype, [arrays[i].shape for i in members], op, prescale, postscale, process_set_id)
-            handles[members[0]] = handle
+        for members, handle in _core.grouped_allreduce_by_dtype(
+                names[idx[0]] + ".group", [arrays[i].ctypes.data for i in idx], [outs[i].ctypes.data for i in idx],
+                [_core_dtype(arrays[i]) for i in idx], [arrays[i].shape for i in idx], op, prescale, postscale,
+                process_set_id):
+            handles[idx[members[0]]] = handle  # (a packed group's handle sits at its first member)
     for i, a in enumerate(arrays):
         if i not in grouped:
             handles[i] = _core.allreduce_async(names[i], a.ctypes.data, outs[i].ctypes.data, _core_dtype(a),
                                                a.shape, op, prescale, postscale, process_set_id)
-    _wait_all([h for h in handles if h is not None])  # (a packed group's handle sits at its first member)
+    _wait_all([h for h in handles if h is not None])
     return outs
 
 

@@ -3,7 +3,6 @@
 Signatures, defaults and return values follow horovod.torch 0.28; every function returns a handle
 for ``poll``/``synchronize``.
 """
-import collections
 import warnings
 
 import torch
@@ -157,18 +156,11 @@ def _launch_grouped_allreduce(tensors, inplace, name, op, prescale_factor, posts
     shapes = [s.shape for s in srcs]
     base = _handles.op_name("grouped_allreduce", name, process_set)
     args = (core_op(op), float(prescale_factor), float(postscale_factor), _handles.process_set_id(process_set))
-    if dtypes.count(dtypes[0]) == len(dtypes):  # the usual case: one packed request
+    if dtypes.count(dtypes[0]) == len(dtypes):  # the usual case: one packed request, no regrouping
         core_handles = [_core.grouped_allreduce_async(base, in_ptrs, out_ptrs, dtypes[0], shapes, *args)]
     else:
-        # The core packs tensors of one dtype; a mixed list becomes one packed group per dtype,
-        # each atomic.
-        by_dtype = collections.OrderedDict()
-        for i, dtype in enumerate(dtypes):
-            by_dtype.setdefault(dtype, []).append(i)
-        core_handles = [
-            _core.grouped_allreduce_async("%s.%s" % (base, dtype), [in_ptrs[i] for i in idx],
-                                          [out_ptrs[i] for i in idx], dtype, [shapes[i] for i in idx], *args)
-            for dtype, idx in by_dtype.items()]
+        core_handles = [h for _, h in _core.grouped_allreduce_by_dtype(base, in_ptrs, out_ptrs, dtypes, shapes,
+                                                                       *args)]
 
     def finish(_results):
         if not inplace:
