@@ -115,6 +115,7 @@ int64_t Engine::enqueue(TensorRequest req, bool wake_engine_thread) {
     if (err.empty()) {
       inflight_.insert(key);
       queue_.push_back(std::move(req));  // (key refers into req: used above, not below)
+      queued_.store(true, std::memory_order_release);
     }
   }
   if (!err.empty()) {
@@ -268,8 +269,10 @@ bool Engine::take_local_requests() {
   if (spec_.active) return false;  // see Speculation: nothing may overtake the early-sent input
   std::vector<TensorRequest>& batch = taken_;
   batch.clear();
+  if (!queued_.load(std::memory_order_acquire)) return false;
   {
     std::lock_guard<std::mutex> l(queue_mu_);
+    queued_.store(false, std::memory_order_relaxed);
     if (queue_.empty()) return false;
     batch.swap(queue_);  // queue_ keeps the capacity of the batch before: no regrowth per burst
   }
@@ -541,6 +544,26 @@ void Engine::finish(const std::string& key_ref, HandleResult result) {
     inflight_.erase(key);
   }
   handles_.complete(handle, std::move(result));
+}
+
+void Engine::finish_members(const std::vector<Entries::iterator>& members) {
+  std::vector<int64_t> handles;
+  std::vector<std::string> keys;
+  handles.reserve(members.size());
+  keys.reserve(members.size());
+  for (auto it : members) {
+    if (it == entries_.end()) continue;
+    if (timeline_.active()) timeline_.end(it->second.meta.name);
+    handles.push_back(it->second.handle);
+    keys.push_back(std::move(it->second.key));  // (the map's own key stays valid for erase)
+    entries_.erase(it);
+  }
+  {
+    // Before completing: a waiter may resubmit the same names the moment it wakes.
+    std::lock_guard<std::mutex> l(queue_mu_);
+    for (const auto& k : keys) inflight_.erase(k);
+  }
+  handles_.complete_plain(handles);
 }
 
 void Engine::fail_entry(const std::string& key_ref, HandleError kind, const std::string& msg) {

@@ -127,6 +127,9 @@ class Engine {
   void note_speculation(int peer, WireReader& r);
   bool complete_speculation();
   void finish(const std::string& key, HandleResult result);
+  // finish() with an empty result for each member of a fused allreduce (end(): a rank that
+  // joined): one pass under each lock for the whole response.
+  void finish_members(const std::vector<Entries::iterator>& members);
   void fail_entry(const std::string& key, HandleError kind, const std::string& msg);
   void fatal(const std::string& msg);
   std::string key_of(int32_t ps, const std::string& name) const { return tensor_key(ps, name); }
@@ -153,6 +156,9 @@ class Engine {
 
   std::mutex queue_mu_;  // guards queue_, inflight_, failed_, gone_, process_sets_
   std::vector<TensorRequest> queue_;
+  // Whether queue_ may hold requests: the engine's idle passes read it instead of taking
+  // queue_mu_, which a submitting thread needs once per request.
+  std::atomic<bool> queued_{false};
   std::unordered_set<std::string> inflight_;
   std::string failed_;
   std::set<int> gone_;

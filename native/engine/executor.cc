@@ -210,10 +210,10 @@ void Engine::execute_allreduce(const Response& r, Group& g) {
         std::memcpy(out, buf + off + at, pb);
       });
       if (timeline_.active()) timeline_.end(r.names[i]);
-      finish(it->first, HandleResult{});
     }
     off += b;
   }
+  finish_members(members);
 }
 
 bool Engine::members_alias(const Response& r, const std::vector<Entries::iterator>& members) const {
@@ -268,10 +268,8 @@ bool Engine::execute_allreduce_scattered(const Response& r, Group& g,
     });
   allreduce(g, sb.base, const_cast<uint8_t*>(sb.base), total / es, r.dtype, op, post);
   stats_.scattered_allreduces++;
-  for (size_t i = 0; i < r.names.size(); ++i) {
-    if (timeline_.active()) timeline_.end(r.names[i]);
-    finish(members[i]->first, HandleResult{});
-  }
+  if (timeline_.active()) for (auto& n : r.names) timeline_.end(n);
+  finish_members(members);
   return true;
 }
 

@@ -24,6 +24,18 @@ void HandleTable::complete(int64_t h, HandleResult result) {
   cv_.notify_all();
 }
 
+void HandleTable::complete_plain(const std::vector<int64_t>& hs) {
+  if (hs.empty()) return;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    for (int64_t h : hs) {
+      auto it = states_.find(h);
+      if (it != states_.end()) it->second.done = true;
+    }
+  }
+  cv_.notify_all();
+}
+
 void HandleTable::fail(int64_t h, HandleError kind, const std::string& message) {
   {
     std::lock_guard<std::mutex> l(mu_);

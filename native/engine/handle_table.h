@@ -26,6 +26,9 @@ class HandleTable {
  public:
   int64_t create();
   void complete(int64_t h, HandleResult result);
+  // Completes handles that succeeded with no result (a fused allreduce's members) under one lock
+  // and one wake-up instead of one per handle.
+  void complete_plain(const std::vector<int64_t>& hs);
   void fail(int64_t h, HandleError kind, const std::string& message);
   bool poll(int64_t h);
   // Waits up to timeout_s (< 0: forever); false on timeout. Throws std::out_of_range for an
