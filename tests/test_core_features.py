@@ -147,3 +147,33 @@ def test_timeline_from_environment(tmp_path):
     with open(path) as f:
         events = json.load(f)
     assert any(e.get("args", {}).get("name") == "w" for e in events)
+
+
+def test_init_arguments_as_horovod_takes_them():
+    """What hvd.init() accepts besides its defaults, checked before anything starts."""
+    import pytest
+
+    from horovod_spark.common import basics, process_sets, rendezvous
+
+    assert basics._initial_process_sets("dynamic") == [] and basics._initial_process_sets(None) == []
+    sets = basics._initial_process_sets([[0, 2], process_sets.ProcessSet(range(2))])
+    assert [s.ranks for s in sets] == [[0, 2], [0, 1]]
+    with pytest.raises(ValueError, match="'dynamic'"):
+        basics._initial_process_sets("static")
+    with pytest.raises(ValueError, match="iterable of global ranks"):
+        process_sets.ProcessSet(["a"])
+    assert process_sets.ProcessSet({3, 1}).ranks == [1, 3]
+    # An empty rank list is Horovod's "every rank"; a subset needs a communicator.
+    env = {"HOROVOD_RANK": "1", "HOROVOD_SIZE": "2"}
+    ident = rendezvous.identity_from([], environ=env)
+    assert (ident.rank, ident.size, ident.source) == (1, 2, "env")
+    with pytest.raises(ValueError, match="mpi4py communicator"):
+        rendezvous.identity_from([0], environ=env)
+    # A root is a global rank; the core counts it within the set.
+    ps = process_sets.ProcessSet([1, 3])
+    ps.process_set_id = 7
+    assert process_sets.root_index(3, ps) == 1
+    with pytest.raises(ValueError, match="not a member of the process set"):
+        process_sets.root_index(0, ps)
+    with pytest.raises(TypeError, match="root_rank must be an int"):
+        process_sets.root_index("first", ps)

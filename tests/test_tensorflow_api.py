@@ -142,6 +142,17 @@ def _rank_main():
     results["broadcast_variables"] = var.numpy()
     results["broadcast_object"] = hvd.broadcast_object({"from": rank}, root_rank=1)
     results["allgather_object"] = hvd.allgather_object(("rank", rank))
+    # In a process set a root is still named by its global rank, as in Horovod.
+    second = hvd.add_process_set([1])
+    if rank == 1:
+        results["set_broadcast"] = hvd.broadcast(tf.constant([7.0]), root_rank=1, process_set=second).numpy()
+        results["set_object"] = hvd.broadcast_object("mine", root_rank=1, process_set=second)
+        try:
+            hvd.broadcast(tf.constant([7.0]), root_rank=0, process_set=second)
+            results["set_bad_root"] = "no error"
+        except ValueError as exc:
+            results["set_bad_root"] = str(exc)
+    hvd.remove_process_set(second)
     hvd.barrier()
     results["join"] = int(hvd.join())
     results["errors"] = _errors(hvd, tf, rank)
@@ -245,10 +256,12 @@ def test_gradients(ranks, mode):
         g = result["gradients"][mode]
         np.testing.assert_allclose(g["allreduce_sum"], ones * weights.sum())
         np.testing.assert_allclose(g["allreduce_average"], ones * weights.mean())
-        np.testing.assert_allclose(g["allgather"], ones * weights.sum())
-        np.testing.assert_allclose(g["broadcast"], ones * (weights.sum() if rank == 0 else 0.0))
-        # reducescatter: rows 0-1 land on rank 0 (weight 1), row 2 on rank 1 (weight 2)
-        np.testing.assert_allclose(g["reducescatter"], ones * np.array([[1.0], [1.0], [2.0]], np.float32))
+        # Horovod's conventions (horovod.tensorflow 0.28): allgather and broadcast average the
+        # upstream gradients; reducescatter with Sum gathers them times the size.
+        np.testing.assert_allclose(g["allgather"], ones * weights.mean())
+        np.testing.assert_allclose(g["broadcast"], ones * (weights.mean() if rank == 0 else 0.0))
+        # reducescatter: rows 0-1 land on rank 0 (weight 1), row 2 on rank 1 (weight 2); times size 2
+        np.testing.assert_allclose(g["reducescatter"], ones * np.array([[2.0], [2.0], [4.0]], np.float32))
         # alltoall: a row's gradient is the weight of the rank it was sent to
         dest = np.repeat([0, 1], SPLITS[rank])
         np.testing.assert_allclose(g["alltoall"], ones * weights[dest][:, None])
@@ -276,6 +289,9 @@ def test_variables_and_objects(ranks):
         assert result["broadcast_object"] == {"from": 1}
         assert result["allgather_object"] == [("rank", 0), ("rank", 1)]
         assert result["join"] in (0, 1)
+    np.testing.assert_array_equal(ranks[1]["set_broadcast"], [7.0])
+    assert ranks[1]["set_object"] == "mine"
+    assert "not a member of the process set [1]" in ranks[1]["set_bad_root"]
 
 
 def test_bad_inputs_raise_clear_errors(ranks):

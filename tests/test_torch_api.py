@@ -263,7 +263,9 @@ def check_allgather_gradient(hvd):
     xs = [_rank_data(i, (i + 1, 2), torch.float64) for i in range(n)]
     x = xs[r].clone().requires_grad_(True)
     _local_loss(hvd.allgather(x), r).backward()
-    expected = _finite_difference_grad(lambda t: sum(_local_loss(torch.cat(t), i) for i in range(n)), xs, r)
+    # Horovod's convention (HorovodAllgather.backward): the gradient of the mean of the ranks'
+    # losses, i.e. the upstream gradients averaged, not summed.
+    expected = _finite_difference_grad(lambda t: sum(_local_loss(torch.cat(t), i) for i in range(n)), xs, r) / n
     _close(x.grad, expected, rtol=1e-6, atol=1e-6)
     # grouped_allgather differentiates the same way, tensor by tensor.
     x = xs[r].clone().requires_grad_(True)
@@ -275,12 +277,14 @@ def check_allgather_gradient(hvd):
 
 def check_other_gradients(hvd):
     r, n = hvd.rank(), hvd.size()
-    # reducescatter(Sum): the input gradient is every rank's block gradient, concatenated.
-    x = _rank_data(r, (2 * n, 2), torch.float64).requires_grad_(True)
-    out = hvd.reducescatter(x, op=hvd.Sum)
+    # reducescatter: every rank's block gradient, concatenated, times the size for Sum and times 1
+    # for Average (Horovod's HorovodReducescatter.backward), times the scale factors.
     upstream = [_rank_data(70 + i, (2, 2), torch.float64) for i in range(n)]
-    (out * upstream[r]).sum().backward()
-    _close(x.grad, torch.cat(upstream))
+    for op, pre, post, factor in ((hvd.Sum, 1.0, 1.0, n), (hvd.Average, 1.0, 1.0, 1), (hvd.Sum, 0.5, 3.0, 1.5 * n)):
+        x = _rank_data(r, (2 * n, 2), torch.float64).requires_grad_(True)
+        out = hvd.reducescatter(x, op=op, prescale_factor=pre, postscale_factor=post)
+        (out * upstream[r]).sum().backward()
+        _close(x.grad, torch.cat(upstream) * factor)
     # alltoall: gradients travel back to the rows' senders.
     x = _rank_data(r, (2 * n, 3), torch.float64).requires_grad_(True)
     out = hvd.alltoall(x)
@@ -381,14 +385,19 @@ def _process_set_ranks():
     evens = hvd.ProcessSet([0, 2])
     hvd.init(process_sets=[evens])
     r = hvd.rank()
-    odd_pair = hvd.add_process_set([1, 2])
+    odd_pair = hvd.add_process_set({1, 2})  # any iterable of ranks, as in Horovod
     x = torch.full((3,), float(r + 1))
     result = {}
     if evens.included():
         result["evens_sum"] = hvd.allreduce(x, op=hvd.Sum, process_set=evens).tolist()
         result["evens_gather"] = hvd.allgather(x[:1] * 10, process_set=evens).tolist()
-        # root_rank counts within the set: 1 is global rank 2.
-        result["evens_bcast"] = hvd.broadcast(x, 1, process_set=evens).tolist()
+        # root_rank is a global rank, as in Horovod: 2 is the set's second member.
+        result["evens_bcast"] = hvd.broadcast(x, 2, process_set=evens).tolist()
+        try:
+            hvd.broadcast(x, 1, process_set=evens)
+            result["evens_bad_root"] = "no error"
+        except ValueError as exc:
+            result["evens_bad_root"] = str(exc)
         result["evens_objects"] = hvd.allgather_object(r, process_set=evens)
         result["evens_object"] = hvd.broadcast_object("root-%d" % r, root_rank=0, process_set=evens)
         result["evens_rs"] = hvd.reducescatter(torch.arange(4.0) + r, op=hvd.Sum, process_set=evens).tolist()
@@ -398,8 +407,19 @@ def _process_set_ranks():
         grad_in = x.clone().requires_grad_(True)
         hvd.allreduce(grad_in, op=hvd.Sum, process_set=odd_pair).sum().backward()
         result["pair_grad"] = grad_in.grad.tolist()
+        result["pair_object"] = hvd.broadcast_object("root-%d" % r, root_rank=2, process_set=odd_pair)
+        # broadcast's gradient reaches the root only (its global rank).
+        grad_in = x.clone().requires_grad_(True)
+        hvd.broadcast(grad_in, 2, process_set=odd_pair).sum().backward()
+        result["pair_bcast_grad"] = grad_in.grad.tolist()
+        model = torch.nn.Linear(2, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1 * r, momentum=0.9)
+        hvd.broadcast_optimizer_state(opt, root_rank=2, process_set=odd_pair)
+        result["pair_lr"] = opt.param_groups[0]["lr"]
     result["global_sum"] = hvd.allreduce(x, op=hvd.Sum).tolist()
+    result["remove_global"] = hvd.remove_process_set(hvd.global_process_set)
     hvd.remove_process_set(odd_pair)
+    result["remove_again"] = hvd.remove_process_set(odd_pair)
     unregistered = hvd.ProcessSet([0, 1])
     try:
         hvd.allreduce(x, process_set=unregistered)
@@ -418,13 +438,18 @@ def test_process_sets_three_ranks():
         assert results[r]["evens_bcast"] == [3.0] * 3
         assert results[r]["evens_objects"] == [0, 2]
         assert results[r]["evens_object"] == "root-0"
+        assert "not a member of the process set [0, 2]" in results[r]["evens_bad_root"]
     assert results[0]["evens_rs"] == [2.0, 4.0]
     assert results[2]["evens_rs"] == [6.0, 8.0]
     assert "evens_sum" not in results[1]
     for r in (1, 2):
         assert results[r]["pair_avg"] == [2.5] * 3
         assert results[r]["pair_grad"] == [2.0] * 3
+        assert results[r]["pair_object"] == "root-2"
+        assert results[r]["pair_bcast_grad"] == ([1.0] * 3 if r == 2 else [0.0] * 3)
+        assert results[r]["pair_lr"] == 0.2
     assert "pair_avg" not in results[0]
     for r in range(3):
         assert results[r]["global_sum"] == [6.0] * 3
         assert results[r]["unregistered"] == "ValueError"
+        assert results[r]["remove_global"] is False and results[r]["remove_again"] is False

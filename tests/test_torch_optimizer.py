@@ -246,7 +246,62 @@ def check_named_parameters_validation(hvd):
         hvd.DistributedOptimizer(_sgd(model.parameters()), named_parameters=[p for _, p in named])
     with pytest.raises(ValueError, match="gradient_predivide_factor"):
         hvd.DistributedOptimizer(_sgd(model.parameters()), op=hvd.Sum, gradient_predivide_factor=2.0)
+    with pytest.raises(ValueError, match="backward_passes_per_step must be > 0"):
+        hvd.DistributedOptimizer(_sgd(model.parameters()), named_parameters=named, backward_passes_per_step=0)
+    with pytest.raises(TypeError, match="model must be a torch.nn.Module"):
+        hvd.broadcast_optimizer_state(_sgd(model.parameters()), 0, hvd.global_process_set)
     return {}
+
+
+def check_sparse_as_dense_keeps_sparse_gradients(hvd):
+    r, n = hvd.rank(), hvd.size()
+    # As in Horovod: a dense copy is averaged and p.grad gets it back sparse, so SparseAdam steps.
+    torch.manual_seed(5)
+    emb = torch.nn.Embedding(6, 2, sparse=True)
+    opt = hvd.DistributedOptimizer(torch.optim.SparseAdam(emb.parameters(), lr=0.1),
+                                   named_parameters=emb.named_parameters(), sparse_as_dense=True)
+    hvd.broadcast_parameters(emb.state_dict(), root_rank=0)
+    emb(torch.tensor([r, 5])).sum().backward()
+    opt.synchronize()
+    grad = emb.weight.grad
+    assert grad.is_sparse
+    expected = torch.zeros(6, 2)
+    for i in range(n):
+        expected[i] += 1.0 / n
+    expected[5] += 1.0
+    _close(grad.to_dense(), expected)
+    with opt.skip_synchronize():
+        opt.step()
+    return {"weight": emb.weight.detach().clone()}
+
+
+def check_broadcast_optimizer_state_in_place(hvd):
+    r = hvd.rank()
+    # A scheduler built on the optimizer before wrapping holds the same group dicts: after the
+    # broadcast it must see the root's lr on every rank (Horovod updates the groups in place).
+    model = _mlp()
+    base = torch.optim.SGD(model.parameters(), lr=0.1 * (r + 1), momentum=0.9)
+    scheduler = torch.optim.lr_scheduler.StepLR(base, step_size=1, gamma=0.5)
+    opt = hvd.DistributedOptimizer(base, named_parameters=model.named_parameters())
+    for x, y in _batches(steps=1):
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+    momentum = opt.state[next(model.parameters())]["momentum_buffer"]
+    hvd.broadcast_optimizer_state(opt, root_rank=0, model=model)
+    assert opt.state[next(model.parameters())]["momentum_buffer"] is momentum  # updated in place
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (the scheduler never saw base.step() itself run)
+        scheduler.step()
+    assert opt.param_groups[0]["lr"] == base.param_groups[0]["lr"] == 0.05
+    # model= names sparse embeddings: a fresh SGD state starts from sparse zero gradients there,
+    # so the momentum buffers are sparse, and arrive sparse.
+    emb = torch.nn.Sequential(torch.nn.Embedding(4, 2, sparse=True))
+    sgd = torch.optim.SGD(emb.parameters(), lr=0.1, momentum=0.9)
+    hvd.broadcast_optimizer_state(sgd, 0, emb)
+    emb_momentum = sgd.state[emb[0].weight]["momentum_buffer"]
+    assert emb_momentum.is_sparse
+    return {"momentum": momentum.clone(), "emb_momentum": emb_momentum.to_dense()}
 
 
 def check_broadcast_parameters_and_optimizer_state(hvd):
@@ -332,6 +387,11 @@ def check_sync_batch_norm(hvd):
     sync.eval()
     reference.eval()
     _close(sync(inputs[r][0]), reference(inputs[r][0]))
+    # Without running statistics, eval mode normalizes with every rank's batch (as Horovod).
+    stateless = hvd.SyncBatchNorm(3, track_running_stats=False).double().eval()
+    reference = torch.nn.BatchNorm2d(3, track_running_stats=False).double().eval()
+    start = sum(rows[:r])
+    _close(stateless(inputs[r][0]), reference(torch.cat([inp[0] for inp in inputs]))[start:start + rows[r]])
     return {"running_mean": sync.running_mean.clone()}
 
 

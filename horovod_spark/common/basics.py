@@ -23,9 +23,12 @@ def init(comm=None, process_sets=None):
     """Start this rank's collective engine and connect it to every other rank.
 
     ``comm``: an mpi4py communicator whose ranks form the job (each sub-communicator trains on its
-    own); by default the rank comes from the launcher's environment, from ``mpirun``, or is a single
-    rank. ``process_sets``: ``ProcessSet`` objects to register once connected.
+    own); by default (None or ``[]``) the rank comes from the launcher's environment, from
+    ``mpirun``, or is a single rank. ``process_sets``: ``ProcessSet`` objects (or rank lists) to
+    register once connected; ``"dynamic"``, Horovod's switch for sets added later with
+    ``hvd.add_process_set``, is accepted and changes nothing: sets can always be added later here.
     """
+    process_sets = _initial_process_sets(process_sets)
     with _lock:
         if _core.is_created():
             return
@@ -60,6 +63,17 @@ def init(comm=None, process_sets=None):
         from horovod_spark.common import process_sets as _ps
         for ps in process_sets:
             _ps.add_process_set(ps)
+
+
+def _initial_process_sets(process_sets):
+    """init()'s ``process_sets`` as a list, checked before anything starts."""
+    if process_sets is None or (isinstance(process_sets, str) and process_sets.lower() == "dynamic"):
+        return []
+    from horovod_spark.common.process_sets import ProcessSet
+    if isinstance(process_sets, (str, bytes)) or not hasattr(process_sets, "__iter__"):
+        raise ValueError("hvd.init(process_sets=%r): pass a list of ProcessSet objects (or of rank lists), "
+                         "or 'dynamic'" % (process_sets,))
+    return [ps if isinstance(ps, ProcessSet) else ProcessSet(ps) for ps in process_sets]
 
 
 def _wants_mpi_data_plane(ident) -> bool:

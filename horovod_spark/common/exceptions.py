@@ -8,9 +8,12 @@ class HorovodInternalError(RuntimeError):
     """
 
 
-class HorovodCollectiveError(ValueError):
+class HorovodCollectiveError(ValueError, RuntimeError):
     """One collective was wrong (mismatched shapes, dtypes or ops across ranks, a bad root or splits);
-    the message names the tensor and the ranks. Other collectives keep working."""
+    the message names the tensor and the ranks. Other collectives keep working.
+
+    A RuntimeError too: Horovod raises these as RuntimeErrors, and ported ``except RuntimeError``
+    clauses must keep catching them."""
 
 
 class HorovodTimeoutError(HorovodInternalError, TimeoutError):

@@ -65,8 +65,9 @@ def _allreduce_codes(name, dtype, op):
     if code is None:
         _dtype_code(dtype)  # raises the TypeError naming the supported dtypes
     if op == ReduceOp.Adasum or not 0 <= op <= 5:
-        raise NotImplementedError("op=%r is not supported by horovod_spark; use Average, Sum, Min, "
-                                  "Max or Product" % (op,))
+        shown = "Adasum" if op == ReduceOp.Adasum else repr(op)
+        raise NotImplementedError("op=%s is not supported by horovod_spark; use Average, Sum, Min, "
+                                  "Max or Product" % shown)
     if type(name) is not str or not name:
         raise ValueError("collective name must be a non-empty string, got %r" % (name,))
     return code, int(op)

@@ -4,7 +4,7 @@ Adding or removing a set is itself a collective over all ranks (every rank calls
 ranks), so every rank agrees on the set's id.
 """
 import threading
-from typing import List, Optional, Sequence, Union
+from typing import Iterable, List, Optional, Sequence, Union
 
 from horovod_spark.common import _core, ops
 
@@ -12,12 +12,22 @@ from horovod_spark.common import _core, ops
 class ProcessSet:
     """An ordered set of global ranks. ``process_set_id`` is assigned when it is registered."""
 
-    def __init__(self, ranks: Sequence[int]):
-        if not isinstance(ranks, (list, tuple, range)) or not ranks:
-            raise ValueError("ProcessSet needs a non-empty list of global ranks, got %r" % (ranks,))
-        self.ranks: List[int] = sorted(int(r) for r in ranks)
+    def __init__(self, ranks_or_comm: Union[Sequence[int], Iterable[int], "mpi4py.MPI.Comm"]):
+        ranks = ranks_or_comm
+        if hasattr(ranks, "Get_group"):  # an mpi4py communicator: its members' COMM_WORLD ranks
+            from mpi4py import MPI
+            ranks = MPI.Group.Translate_ranks(ranks.Get_group(), list(range(ranks.Get_size())),
+                                              MPI.COMM_WORLD.Get_group())
+        try:
+            ranks = [int(r) for r in ranks]
+        except (TypeError, ValueError):
+            raise ValueError("ProcessSet needs an iterable of global ranks (ints) or an mpi4py communicator, "
+                             "got %r" % (ranks_or_comm,)) from None
+        if not ranks:
+            raise ValueError("ProcessSet needs at least one rank, got %r" % (ranks_or_comm,))
+        self.ranks: List[int] = sorted(ranks)
         if len(set(self.ranks)) != len(self.ranks):
-            raise ValueError("ProcessSet ranks must be distinct, got %r" % (list(ranks),))
+            raise ValueError("ProcessSet ranks must be distinct, got %r" % (ranks,))
         self.process_set_id: Optional[int] = None
 
     def _require_id(self) -> int:
@@ -92,10 +102,12 @@ def add_process_set(process_set: Union[ProcessSet, Sequence[int]]) -> ProcessSet
 
 
 def remove_process_set(process_set: ProcessSet) -> bool:
-    """Unregister a process set on every rank (a collective over all ranks)."""
-    if not isinstance(process_set, ProcessSet) or process_set.process_set_id in (None, 0):
-        raise ValueError("remove_process_set needs a registered, non-global ProcessSet, got %r"
-                         % (process_set,))
+    """Unregister a process set on every rank (a collective over all ranks). False, as in Horovod,
+    for the global set or a set that is not registered (nothing to remove)."""
+    if not isinstance(process_set, ProcessSet):
+        raise TypeError("remove_process_set needs a ProcessSet, got %s" % type(process_set).__name__)
+    if process_set.process_set_id in (None, 0):
+        return False
     with _lock:
         _counter[0] += 1
         name = "__remove_process_set__.%d" % _counter[0]
@@ -115,3 +127,22 @@ def process_set_id_of(process_set) -> int:
         raise TypeError("process_set must be a horovod_spark ProcessSet, got %s"
                         % type(process_set).__name__)
     return process_set._require_id()
+
+
+def root_index(root_rank, process_set) -> int:
+    """``root_rank`` as the index within ``process_set`` that the core takes. Like Horovod, a root
+    is always named by its global rank (``hvd.rank()``), in a process set too."""
+    if isinstance(root_rank, bool) or not isinstance(root_rank, int):
+        try:
+            root_rank = int(root_rank)
+        except (TypeError, ValueError):
+            raise TypeError("root_rank must be an int, got %r" % (root_rank,)) from None
+    ranks = (process_set or global_process_set).ranks
+    if process_set is None or process_set.process_set_id == 0:
+        if not 0 <= root_rank < len(ranks):
+            raise ValueError("root_rank %d is out of range for %d ranks" % (root_rank, len(ranks)))
+        return root_rank
+    if root_rank not in ranks:
+        raise ValueError("root_rank %d is not a member of the process set %r; root_rank is a global rank "
+                         "(hvd.rank() of the root), as in Horovod" % (root_rank, ranks))
+    return ranks.index(root_rank)

@@ -42,13 +42,16 @@ _MPI_RANK_VARS = ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK")
 
 def identity_from(comm=None, environ=None) -> Identity:
     env = os.environ if environ is None else environ
+    if isinstance(comm, (list, tuple)) and not comm:
+        comm = None  # Horovod's default: an empty rank list means every rank
     if comm is None and "HOROVOD_RANK" not in env and any(v in env for v in _MPI_RANK_VARS):
         from mpi4py import MPI  # launched by mpirun without our launcher
         comm = MPI.COMM_WORLD
     if comm is not None:
         if isinstance(comm, (list, tuple)):
-            raise ValueError("hvd.init(comm=...) takes an mpi4py communicator; build one with "
-                             "MPI.COMM_WORLD.Create_group(MPI.COMM_WORLD.group.Incl(ranks))")
+            raise ValueError("hvd.init(comm=%r): a list of ranks is only supported empty (every rank); for a "
+                             "subset pass an mpi4py communicator, e.g. "
+                             "MPI.COMM_WORLD.Create_group(MPI.COMM_WORLD.group.Incl(ranks))" % (list(comm),))
         return Identity(comm.Get_rank(), comm.Get_size(), "mpi", comm)
     if "HOROVOD_RANK" not in env:
         return Identity(0, 1, "single")

@@ -3,7 +3,7 @@ import warnings
 
 from horovod_spark.common import basics as _basics
 from horovod_spark.common import ops as _core
-from horovod_spark.common.process_sets import process_set_id_of
+from horovod_spark.common.process_sets import process_set_id_of, root_index
 
 ReduceOp = _core.ReduceOp
 Average = ReduceOp.Average
@@ -50,7 +50,7 @@ def ps_id(process_set):
 
 
 def ps_rank(process_set):
-    """This rank's index within ``process_set`` (what ``root_rank`` and splits count in)."""
+    """This rank's index within ``process_set`` (what the core's root and splits count in)."""
     r = process_set.rank()
     if r is None:
         raise ValueError("this rank is not a member of %r" % (process_set,))
@@ -58,13 +58,7 @@ def ps_rank(process_set):
 
 
 def check_root(root_rank, process_set):
+    """``root_rank`` (a global rank, as in Horovod) as the index within ``process_set`` that the
+    core and ``ps_rank`` count in."""
     require_init()
-    if isinstance(root_rank, bool) or not isinstance(root_rank, int):
-        try:
-            root_rank = int(root_rank)
-        except (TypeError, ValueError):
-            raise TypeError("root_rank must be an int, got %r" % (root_rank,)) from None
-    if not 0 <= root_rank < process_set.size():
-        raise ValueError("root_rank %d is out of range for a process set of size %d"
-                         % (root_rank, process_set.size()))
-    return root_rank
+    return root_index(root_rank, process_set)

@@ -2,10 +2,12 @@
 
 Each function takes already-resolved core names and a process set, runs one bridge call for the
 whole list and, when any input is floating point, attaches the gradient Horovod defines:
-allreduce -> allreduce of the gradient (same op and scaling); allgather -> summed gradient, this
-rank's rows; broadcast -> summed gradient on the root, zeros elsewhere; alltoall -> alltoall of the
-gradient back with the received splits; reducescatter -> allgather of the gradient (/ size for
-Average). Gradient collectives are named ``<forward name>.grad`` so they match across ranks too.
+allreduce -> allreduce of the gradient (same op and scaling); allgather -> averaged gradient, this
+rank's rows; broadcast -> averaged gradient on the root, zeros elsewhere; alltoall -> alltoall of
+the gradient back with the received splits; reducescatter -> allgather of the gradient (times the
+size for Sum), times the scale factors. These are horovod.tensorflow 0.28's conventions exactly, so
+a ported model trains the same. Gradient collectives are named ``<forward name>.grad`` so they
+match across ranks too.
 
 On a process set of one rank every collective is the identity (times the pre/post scale), so it
 is computed in TensorFlow without the core: a script run as one process pays nothing for its
@@ -97,15 +99,16 @@ def allgather(tensors, names, process_set):
                            name="HorovodAllgather")
 
     def backward(dys, _ys):
-        # Every rank's loss may depend on this rank's rows, so the gradient is the sum over ranks
-        # of the upstream gradient, restricted to the rows this rank contributed.
+        # Every rank's loss may depend on this rank's rows: the upstream gradients averaged over
+        # ranks (Horovod's convention: the gradient of the ranks' mean loss), restricted to the rows
+        # this rank contributed.
         sizes = allgather([tf.stack([tf.shape(x, out_type=tf.int64)[0] for x in tensors])],
                           [names[0] + ".grad.sizes"], process_set)[0]
         sizes = tf.reshape(sizes, [process_set.size(), len(tensors)])
-        summed = allreduce(dys, _grad_names(names), Sum, 1.0, 1.0, process_set, _all(dys))
+        averaged = allreduce(dys, _grad_names(names), Average, 1.0, 1.0, process_set, _all(dys))
         me = ps_rank(process_set)
         grads = []
-        for j, g in enumerate(summed):
+        for j, g in enumerate(averaged):
             start = tf.reduce_sum(sizes[:me, j])
             grads.append(g[start:start + sizes[me, j]])
         return grads
@@ -125,10 +128,10 @@ def broadcast(tensors, names, root_rank, process_set):
                            [x.dtype for x in xs], [x.shape for x in xs], name="HorovodBroadcast")
 
     def backward(dys, _ys):
-        summed = allreduce(dys, _grad_names(names), Sum, 1.0, 1.0, process_set, _all(dys))
+        averaged = allreduce(dys, _grad_names(names), Average, 1.0, 1.0, process_set, _all(dys))
         if ps_rank(process_set) == root_rank:
-            return summed
-        return [tf.zeros_like(g) for g in summed]
+            return averaged
+        return [tf.zeros_like(g) for g in averaged]
 
     return _differentiable(forward, tensors, backward)
 
@@ -188,7 +191,7 @@ def reducescatter(tensors, names, op, prescale, postscale, process_set):
             raise NotImplementedError("the gradient of reducescatter is defined for op=Average and op=Sum only, "
                                       "not %s" % op.name)
         gathered = allgather(dys, _grad_names(names), process_set)
-        scale = prescale * postscale / (process_set.size() if op == Average else 1)
+        scale = prescale * postscale * (process_set.size() if op == Sum else 1)
         return [g * tf.cast(scale, g.dtype) if scale != 1 else g for g in gathered]
 
     return _differentiable(forward, tensors, backward)

@@ -1,11 +1,14 @@
 """Differentiable collectives (torch.autograd.Function), with Horovod's gradient conventions.
 
-The loss being differentiated is taken to be the sum of every rank's local loss, so each backward
-is itself a collective that every rank of the process set must reach in the same order.
+Each backward is itself a collective that every rank of the process set must reach in the same
+order. The scaling follows horovod.torch 0.28 exactly (so a ported script trains the same): the
+gradients that cross ranks are averaged, as data-parallel training averages its loss, except
+that allreduce reduces them with its own op and reducescatter with Sum scales them by the size.
 """
 import torch
 from torch.autograd import Function
 
+from horovod_spark.common import basics
 from horovod_spark.torch import _data_ops
 from horovod_spark.torch import _reduce_ops
 from horovod_spark.torch._handles import synchronize
@@ -49,7 +52,7 @@ def _row_offsets(rows, process_set):
 
 
 class HorovodAllgather(Function):
-    """out = concat over ranks; d/dx = this rank's rows of the summed upstream gradients."""
+    """out = concat over ranks; d/dx = this rank's rows of the averaged upstream gradients."""
 
     @staticmethod
     def forward(ctx, tensor, name, process_set):
@@ -59,9 +62,9 @@ class HorovodAllgather(Function):
 
     @staticmethod
     def backward(ctx, grad_output):
-        summed = HorovodAllreduce.apply(grad_output, None, _reduce_ops.Sum, 1.0, 1.0, ctx.process_set)
+        averaged = HorovodAllreduce.apply(grad_output, None, _reduce_ops.Average, 1.0, 1.0, ctx.process_set)
         offset = _row_offsets([ctx.rows], ctx.process_set)[0]
-        return summed.narrow(0, offset, ctx.rows), None, None
+        return averaged.narrow(0, offset, ctx.rows), None, None
 
 
 class HorovodGroupedAllgather(Function):
@@ -73,10 +76,10 @@ class HorovodGroupedAllgather(Function):
 
     @staticmethod
     def backward(ctx, *grad_outputs):
-        summed = HorovodGroupedAllreduce.apply(None, _reduce_ops.Sum, 1.0, 1.0, ctx.process_set,
-                                               *grad_outputs)
+        averaged = HorovodGroupedAllreduce.apply(None, _reduce_ops.Average, 1.0, 1.0, ctx.process_set,
+                                                 *grad_outputs)
         offsets = _row_offsets(ctx.rows, ctx.process_set)
-        grads = [g.narrow(0, off, rows) for g, off, rows in zip(summed, offsets, ctx.rows)]
+        grads = [g.narrow(0, off, rows) for g, off, rows in zip(averaged, offsets, ctx.rows)]
         return (None, None) + tuple(grads)
 
 
@@ -92,7 +95,7 @@ class HorovodBroadcast(Function):
     @staticmethod
     def backward(ctx, grad_output):
         grad = HorovodAllreduce.apply(grad_output, None, _reduce_ops.Average, 1.0, 1.0, ctx.process_set)
-        if ctx.process_set.rank() != ctx.root_rank:
+        if basics.rank() != ctx.root_rank:  # a global rank, as in Horovod
             grad = torch.zeros_like(grad)
         return grad, None, None, None
 
@@ -115,14 +118,14 @@ class HorovodAlltoall(Function):
 
 
 def _reducescatter_input_grad(grad_rows, ctx):
-    """Each rank's block of the reduction depends linearly on every rank's input block: the input
-    gradient is the gathered block gradients, times the scaling the forward applied."""
+    """The gathered block gradients, scaled as Horovod does: times the size for Sum, times 1 for
+    Average, times the pre- and postscale factors."""
     op, pre, post, process_set = ctx.args
     if int(op) not in (int(_reduce_ops.Sum), int(_reduce_ops.Average)):
         raise NotImplementedError("reducescatter is differentiable for op=Sum and op=Average only")
     scale = float(pre) * float(post)
-    if int(op) == int(_reduce_ops.Average):
-        scale /= process_set.size()
+    if int(op) == int(_reduce_ops.Sum):
+        scale *= process_set.size()
     return [g * scale if scale != 1.0 else g for g in grad_rows]
 
 

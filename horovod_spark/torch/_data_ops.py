@@ -6,7 +6,7 @@ for ``poll``/``synchronize``.
 import torch
 
 from horovod_spark.common import ops as _core
-from horovod_spark.common.process_sets import global_process_set
+from horovod_spark.common.process_sets import global_process_set, root_index
 from horovod_spark.torch import _buffers
 from horovod_spark.torch import _handles
 
@@ -56,9 +56,11 @@ def _launch_broadcast(tensor, inplace, root_rank, name, process_set):
     dtype = _buffers.check_tensor(tensor)
     src = _buffers.contiguous(tensor)
     out = src if inplace else torch.empty_like(src, memory_format=torch.contiguous_format)
+    ps_id = _handles.process_set_id(process_set)
+    root = root_index(root_rank, process_set)  # the core counts the root within the set
     core_handle = _core.broadcast_async(
         _handles.op_name("broadcast", name, process_set), src.data_ptr(), out.data_ptr(), dtype,
-        tuple(out.shape), int(root_rank), _handles.process_set_id(process_set))
+        tuple(out.shape), root, ps_id)
 
     def finish(_results):
         if inplace and out is not tensor:

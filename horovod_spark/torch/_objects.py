@@ -5,6 +5,7 @@ import cloudpickle
 import numpy as np
 import torch
 
+from horovod_spark.common import basics
 from horovod_spark.common.process_sets import global_process_set
 from horovod_spark.torch import _handles
 from horovod_spark.torch._data_ops import allgather_async, broadcast_async_
@@ -26,8 +27,7 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set
     # Unlike Horovod (name = type(obj).__name__, which differs when non-root ranks pass None),
     # unnamed calls get counter names that match across ranks.
     base = name if name is not None else _handles.op_name("broadcast_object", None, process_set)
-    # root_rank counts within the process set, as the core's broadcast does.
-    is_root = process_set.rank() == root_rank
+    is_root = basics.rank() == root_rank  # a global rank, as in Horovod
     payload = _serialize(obj) if is_root else None
     size = torch.tensor([payload.numel() if is_root else 0], dtype=torch.int64)
     synchronize(broadcast_async_(size, root_rank, name=base + ".sz", process_set=process_set))

@@ -134,6 +134,7 @@ class _DistributedOptimizer:
                     self._watch(p)
 
     def set_backward_passes_per_step(self, passes):
+        _check_passes(passes)
         self.backward_passes_per_step = passes
         for p in self._allreduce_delay:
             self._allreduce_delay[p] = passes
@@ -153,7 +154,9 @@ class _DistributedOptimizer:
             # This rank never used p this step, but others may have: it still has to take part.
             grad = p.grad = torch.zeros_like(p)
         if grad.is_sparse:
-            grad = p.grad = grad.to_dense()
+            # A dense copy travels; p.grad stays sparse and gets the result back as sparse
+            # (_store_grad), as in Horovod, so sparse-only optimizers (SparseAdam) still step.
+            grad = grad.to_dense()
         return grad
 
     def _launch_one(self, p):
@@ -247,7 +250,9 @@ class _DistributedOptimizer:
 
     def _store_grad(self, p, output, ctx):
         output = self._compression.decompress(output, ctx)
-        if output.is_sparse or p.grad.is_sparse:
+        if p.grad.is_sparse and not output.is_sparse:  # sparse_as_dense: back to sparse
+            p.grad = output.to_sparse()
+        elif output.is_sparse or p.grad.is_sparse:
             p.grad = output
         elif output is not p.grad:
             with torch.no_grad():
@@ -293,6 +298,11 @@ class _DistributedOptimizer:
         return super().load_state_dict(state_dict)
 
 
+def _check_passes(passes):
+    if isinstance(passes, bool) or not isinstance(passes, int) or passes <= 0:
+        raise ValueError("backward_passes_per_step must be > 0 (an int), got %r" % (passes,))
+
+
 def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none,
                          backward_passes_per_step=1, op=Average, gradient_predivide_factor=1.0,
                          num_groups=0, groups=None, sparse_as_dense=False, process_set=global_process_set):
@@ -306,6 +316,7 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     before the sum and f/size after; ``backward_passes_per_step`` accumulates that many backward
     passes locally before one allreduce.
     """
+    _check_passes(backward_passes_per_step)
     if gradient_predivide_factor != 1.0 and op != Average:
         raise ValueError("gradient_predivide_factor not supported with op != Average")
     if num_groups != 0:

@@ -16,7 +16,9 @@ class SyncBatchNorm(_BatchNorm):
 
     Mean and variance (and so the running statistics, identical on every rank) come from all
     ranks' samples, and the input gradient accounts for every rank's loss, which makes N ranks
-    with batch B behave as one process with batch N*B. In eval mode it is a plain local batch norm.
+    with batch B behave as one process with batch N*B. In eval mode it is a plain local batch norm
+    over the running statistics (without them, ``track_running_stats=False``, it normalizes with
+    every rank's batch statistics, as in training and as Horovod's does).
     Every rank must call forward (and backward) the same number of times.
     """
 
@@ -34,7 +36,9 @@ class SyncBatchNorm(_BatchNorm):
             self.num_batches_tracked.add_(1)
             if self.momentum is None:
                 factor = 1.0 / float(self.num_batches_tracked)
-        if not self.training or _basics.size() == 1:
+        # Eval mode normalizes with the running statistics, locally; a module without them uses
+        # every rank's batch statistics in eval mode too, as Horovod's does.
+        if (not self.training and self.track_running_stats) or _basics.size() == 1:
             return F.batch_norm(input, self.running_mean, self.running_var, self.weight, self.bias,
                                 self.training or not self.track_running_stats, factor, self.eps)
         return _SyncBatchNormFunction.apply(input, self.weight, self.bias, self.running_mean,
