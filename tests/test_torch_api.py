@@ -65,7 +65,7 @@ def check_allreduce_ops(hvd):
 
 def check_allreduce_dtypes(hvd):
     r, n = hvd.rank(), hvd.size()
-    for dtype in (torch.uint8, torch.int8, torch.int32, torch.int64):
+    for dtype in (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64):
         x = torch.arange(6, dtype=dtype).reshape(2, 3) + r
         expected = sum(torch.arange(6, dtype=torch.int64).reshape(2, 3) + i for i in range(n)).to(dtype)
         out = hvd.allreduce(x, op=hvd.Sum)
@@ -80,6 +80,10 @@ def check_allreduce_dtypes(hvd):
     assert torch.equal(hvd.allreduce(flags, op=hvd.Min), torch.tensor([True, n == 1, False]))
     scalar = torch.tensor(float(r + 1))
     _close(hvd.allreduce(scalar, op=hvd.Sum), torch.tensor(float(n * (n + 1) // 2)))
+    # int16 buffers (Horovod supports them): broadcast_parameters of a state dict holding one.
+    state = {"w": torch.full((3,), float(r)), "counts": torch.full((4,), 100 * r + 7, dtype=torch.int16)}
+    hvd.broadcast_parameters(state, root_rank=n - 1)
+    assert torch.equal(state["counts"], torch.full((4,), 100 * (n - 1) + 7, dtype=torch.int16))
 
 
 def check_allreduce_deprecated_average(hvd):
@@ -331,13 +335,13 @@ def check_objects(hvd):
 
 
 def check_unsupported_dtypes(hvd):
-    for dtype in (torch.int16, torch.complex64):
+    for dtype in (torch.uint16, torch.complex64):
         with pytest.raises(TypeError) as info:
             hvd.allreduce(torch.zeros(2, dtype=dtype))
         message = str(info.value)
         assert str(dtype) in message and "torch.float32" in message and "torch.bfloat16" in message
     with pytest.raises(TypeError):
-        hvd.allgather_async(torch.zeros(2, dtype=torch.int16))
+        hvd.allgather_async(torch.zeros(2, dtype=torch.complex64))
     with pytest.raises(ValueError):
         hvd.allreduce(torch.zeros(3).to_sparse())
 

@@ -9,13 +9,14 @@ namespace hs {
 enum class DataType : int32_t {
   kUInt8 = 0, kInt8 = 1, kInt32 = 2, kInt64 = 3,
   kFloat16 = 4, kBFloat16 = 5, kFloat32 = 6, kFloat64 = 7, kBool = 8,
+  kInt16 = 9,  // (after the others: the codes are ABI)
 };
-constexpr int kNumDataTypes = 9;
+constexpr int kNumDataTypes = 10;
 
 inline size_t dtype_size(DataType t) {
   switch (t) {
     case DataType::kUInt8: case DataType::kInt8: case DataType::kBool: return 1;
-    case DataType::kFloat16: case DataType::kBFloat16: return 2;
+    case DataType::kFloat16: case DataType::kBFloat16: case DataType::kInt16: return 2;
     case DataType::kInt32: case DataType::kFloat32: return 4;
     case DataType::kInt64: case DataType::kFloat64: return 8;
   }
@@ -28,7 +29,7 @@ inline const char* dtype_name(DataType t) {
     case DataType::kInt32: return "int32"; case DataType::kInt64: return "int64";
     case DataType::kFloat16: return "float16"; case DataType::kBFloat16: return "bfloat16";
     case DataType::kFloat32: return "float32"; case DataType::kFloat64: return "float64";
-    case DataType::kBool: return "bool";
+    case DataType::kBool: return "bool"; case DataType::kInt16: return "int16";
   }
   return "unknown";
 }

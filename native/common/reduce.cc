@@ -301,6 +301,7 @@ void reduce_dtype(void* dst, const void* a, const void* b, size_t n, DataType dt
   switch (dtype) {
     case DataType::kUInt8: return reduce_typed<Isa, uint8_t>(dst, a, b, n, f);
     case DataType::kInt8: return reduce_typed<Isa, int8_t>(dst, a, b, n, f);
+    case DataType::kInt16: return reduce_typed<Isa, int16_t>(dst, a, b, n, f);
     case DataType::kInt32: return reduce_typed<Isa, int32_t>(dst, a, b, n, f);
     case DataType::kInt64: return reduce_typed<Isa, int64_t>(dst, a, b, n, f);
     case DataType::kFloat16: return Isa::template half<typename Isa::Fp16>(d16, a16, b16, n, f);
@@ -347,6 +348,7 @@ void scale_isa(void* buf, size_t n, DataType dtype, double factor) {
   switch (dtype) {
     case DataType::kUInt8: return scale_int_typed<Isa, uint8_t>(buf, n, ff);
     case DataType::kInt8: return scale_int_typed<Isa, int8_t>(buf, n, ff);
+    case DataType::kInt16: return scale_int_typed<Isa, int16_t>(buf, n, ff);
     case DataType::kInt32: return scale_int_typed<Isa, int32_t>(buf, n, factor);
     case DataType::kInt64: return scale_int_typed<Isa, int64_t>(buf, n, factor);
     case DataType::kFloat16: return Isa::template scale_half<typename Isa::Fp16>(p16, n, ff);
