@@ -127,3 +127,31 @@ def test_stall_warning_names_tensor_and_missing_ranks():
         p1.communicate(timeout=60)
     assert "only_rank0_sends_this" in err and "missing ranks [1]" in err, err
     assert "Submitted by ranks [0]" in err
+
+
+@pytest.mark.parametrize("env, error", [
+    # the rendezvous service is gone (a driver that died): refused connection
+    ({"HOROVOD_RENDEZVOUS_PORT": "1"}, "ConnectionError"),
+    # nics= naming an interface this host does not have
+    ({"HOROVOD_GLOO_IFACE": "nosuchnic0"}, "ValueError"),
+])
+def test_init_failing_before_the_links_exist_raises_cleanly(env, error):
+    """hvd.init() that fails after creating the core but before connecting it raises a Python
+    error and leaves the process usable (it used to crash with SIGSEGV tearing the core down)."""
+    import os
+    import subprocess
+    import sys
+    script = textwrap.dedent("""
+        import horovod_spark.torch as hvd
+        try:
+            hvd.init()
+        except Exception as exc:
+            print("raised", type(exc).__name__)
+        print("still running", hvd.is_initialized())
+    """)
+    full_env = dict(os.environ, HOROVOD_RANK="0", HOROVOD_SIZE="2", HOROVOD_RENDEZVOUS_ADDR="127.0.0.1",
+                    HOROVOD_RENDEZVOUS_PORT="1", HOROVOD_SECRET_KEY="00", HOROVOD_START_TIMEOUT="5")
+    full_env.update(env)
+    proc = subprocess.run([sys.executable, "-c", script], env=full_env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split("\n")[:2] == ["raised " + error, "still running False"]

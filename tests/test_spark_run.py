@@ -221,7 +221,8 @@ def _mpi_hvd():
     from mpi4py import MPI
     hvd.init()
     out = (hvd.rank(), hvd.size(), MPI.COMM_WORLD.Get_rank(),
-           hvd.allreduce(torch.ones(2), op=hvd.Sum, name="mpi").tolist())
+           hvd.allreduce(torch.ones(2), op=hvd.Sum, name="mpi").tolist(),
+           os.environ.get("OMPI_MCA_btl_tcp_eager_limit"), os.environ.get("OMPI_MCA_btl_tcp_if_include"))
     hvd.shutdown()
     return out
 
@@ -541,6 +542,50 @@ def test_bad_num_proc(spark, bad, error):
         horovod_spark.run(lambda: 0, num_proc=bad)
 
 
+def _nic_and_python():
+    import torch
+
+    import horovod_spark.torch as hvd
+    from horovod_spark.common import rendezvous
+    hvd.init()
+    total = hvd.allreduce(torch.ones(1), op=hvd.Sum).item()
+    hvd.shutdown()
+    return (os.environ.get("HOROVOD_GLOO_IFACE"), rendezvous.advertised_address(),
+            os.environ.get("HS_STARTED_BY_WRAPPER"), total)
+
+
+def test_horovod_run_parameters_nics_executable_use_gloo(spark, tmp_path):
+    # horovod.spark.run's parameters, in its order: nics picks the interface the ranks advertise,
+    # executable the ranks' interpreter, use_gloo our own transport.
+    wrapper = tmp_path / "python-wrapper"
+    wrapper.write_text('#!/bin/sh\nHS_STARTED_BY_WRAPPER=yes exec "%s" "$@"\n' % sys.executable)
+    wrapper.chmod(0o755)
+    out = horovod_spark.run(_nic_and_python, (), None, 2, None, None, True, None, None, None, None, 0, ["lo"],
+                            executable=str(wrapper))
+    assert out == [("lo", "127.0.0.1", "yes", 2.0)] * 2
+
+
+@pytest.mark.parametrize("kwargs, error, match", [
+    (dict(use_mpi=True, use_gloo=True), ValueError, "two different transports"),
+    (dict(extra_mpi_args="--bind-to none"), ValueError, "extra_mpi_args=.* needs use_mpi=True"),
+    (dict(use_mpi=True, extra_mpi_args=["-x", "A"]), TypeError, "string of mpirun arguments"),
+    (dict(nics=["eth0,eth1"]), ValueError, "network interface names"),
+    (dict(nics=[]), ValueError, "network interface names"),
+    (dict(executable=""), ValueError, "Python interpreter"),
+])
+def test_bad_run_parameters_fail_before_any_job(spark, kwargs, error, match):
+    jobs = len(spark.sparkContext.statusTracker().getJobIdsForGroup())
+    with pytest.raises(error, match=match):
+        horovod_spark.run(lambda: 0, num_proc=2, **kwargs)
+    assert len(spark.sparkContext.statusTracker().getJobIdsForGroup()) == jobs
+
+
+def test_unknown_nic_names_the_interfaces(spark):
+    with pytest.raises(RankFailedError) as info:
+        horovod_spark.run(_nic_and_python, num_proc=2, nics=["nosuchnic0"], verbose=0)
+    assert "nosuchnic0" in str(info.value) and "its interfaces are" in info.value.remote_traceback
+
+
 def test_mpi_mode_one_rank_per_task(spark):
     _needs_mpi()
     out = horovod_spark.run(_mpi_where, num_proc=2, use_mpi=True, verbose=0)
@@ -552,8 +597,10 @@ def test_mpi_mode_one_rank_per_task(spark):
 
 def test_mpi_mode_core_and_failure(spark, tmp_path):
     _needs_mpi()
-    out = horovod_spark.run(_mpi_hvd, num_proc=2, use_mpi=True, verbose=0)
-    assert out == [(0, 2, 0, [2.0, 2.0]), (1, 2, 1, [2.0, 2.0])]
+    # extra_mpi_args reach mpirun (an MCA setting the ranks then see in their environment).
+    out = horovod_spark.run(_mpi_hvd, num_proc=2, use_mpi=True, verbose=0, nics=["lo"],
+                            extra_mpi_args="--mca btl_tcp_eager_limit 65536")
+    assert out == [(0, 2, 0, [2.0, 2.0], "65536", "lo"), (1, 2, 1, [2.0, 2.0], "65536", "lo")]
     start = time.monotonic()
     with pytest.raises(RankFailedError) as info:
         horovod_spark.run(_mpi_where, args=(1, str(tmp_path)), num_proc=2, use_mpi=True, verbose=0)

@@ -70,12 +70,34 @@ def host_id(environ=None) -> str:
     return env.get("HOROVOD_HOSTNAME") or socket.gethostname()
 
 
+def interface_ipv4(name: str) -> Optional[str]:
+    """The IPv4 address of network interface ``name`` (Linux), or None when it has none."""
+    import fcntl
+    import struct
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            packed = fcntl.ioctl(s.fileno(), 0x8915, struct.pack("256s", name.encode()[:15]))  # SIOCGIFADDR
+        except OSError:
+            return None
+    return socket.inet_ntoa(packed[20:24])
+
+
 def advertised_address(environ=None) -> str:
-    """The address of this host that other ranks can reach: the interface that routes to the
-    rendezvous service (loopback when it is local)."""
+    """The address of this host that other ranks can reach: that of the first interface named in
+    HOROVOD_GLOO_IFACE (Horovod's variable; ``nics=`` of horovod_spark.run sets it) that has one,
+    else the interface that routes to the rendezvous service (loopback when it is local)."""
     env = os.environ if environ is None else environ
     if env.get("HOROVOD_ADVERTISE_ADDR"):
         return env["HOROVOD_ADVERTISE_ADDR"]
+    if env.get("HOROVOD_GLOO_IFACE"):
+        nics = [n.strip() for n in env["HOROVOD_GLOO_IFACE"].split(",") if n.strip()]
+        for nic in nics:
+            addr = interface_ipv4(nic)
+            if addr:
+                return addr
+        present = ", ".join(name for _, name in socket.if_nameindex())
+        raise ValueError("none of the network interfaces %s (HOROVOD_GLOO_IFACE / nics=) has an IPv4 "
+                         "address on host %s; its interfaces are: %s" % (nics, socket.gethostname(), present))
     target = env.get("HOROVOD_RENDEZVOUS_ADDR", "127.0.0.1")
     if target.startswith("127.") or target == "localhost":
         return "127.0.0.1"

@@ -16,7 +16,7 @@ import sys
 import threading
 import time
 from collections import deque
-from typing import List, Optional
+from typing import List, Optional, Sequence
 
 from .errors import HorovodSparkError
 from .mpi_agent import ADDR_ENV, KEY_ENV, PORT_ENV, host_name
@@ -45,8 +45,11 @@ def _major_version(mpirun: str) -> int:
 
 
 class MpiLauncher:
-    def __init__(self, service, driver_addr: str, key: bytes, num_proc: int, sink, log):
+    def __init__(self, service, driver_addr: str, key: bytes, num_proc: int, sink, log,
+                 extra_args: Sequence[str] = (), nics: Sequence[str] = ()):
         self._service = service
+        self._extra_args = list(extra_args)
+        self._nics = list(nics)
         self._num_proc = num_proc
         self._sink = sink
         self._log = log
@@ -78,8 +81,11 @@ class MpiLauncher:
                 "-H", ",".join("%s:1" % host_name(r) for r in range(self._num_proc)),
                 # Without tree spawn, mpirun would otherwise daemonize its daemons (setsid), and
                 # they would escape the task's process group that an abort kills.
-                "--leave-session-attached",
-                "--tag-output", python, "-m", "horovod_spark.spark.task_main"]
+                "--leave-session-attached", "--tag-output"]
+        if self._nics:
+            cmd += ["--mca", "btl_tcp_if_include", ",".join(self._nics)]
+        cmd += self._extra_args  # (last before the program, so they may override the above)
+        cmd += [python, "-m", "horovod_spark.spark.task_main"]
         return cmd
 
     def poll(self) -> None:

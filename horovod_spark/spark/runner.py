@@ -1,8 +1,9 @@
 """``horovod_spark.run``: run a function as ``num_proc`` Horovod ranks in one Spark barrier stage."""
 import functools
 import os
+import shlex
 import uuid
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, Iterable, List, Optional
 
 from horovod_spark.common import wire
 
@@ -85,16 +86,46 @@ def _driver_addresses(sc) -> List[str]:
     return [a for i, a in enumerate(addrs) if a and a not in addrs[:i]]
 
 
-def _use_mpi(value) -> bool:
-    if value is None:
+def _use_mpi(use_mpi, use_gloo) -> bool:
+    if use_mpi and use_gloo:
+        raise ValueError("use_mpi=True and use_gloo=True ask for two different transports; pass one of them")
+    if use_gloo:
+        return False
+    if use_mpi is None:
         return os.environ.get("HOROVOD_SPARK_USE_MPI", "").lower() in ("1", "true", "yes")
-    return bool(value)
+    return bool(use_mpi)
+
+
+def _extra_mpi_args(value, use_mpi: bool) -> List[str]:
+    if value is None:
+        return []
+    if not isinstance(value, str):
+        raise TypeError("extra_mpi_args must be a string of mpirun arguments, got %s" % type(value).__name__)
+    if not use_mpi:
+        raise ValueError("extra_mpi_args=%r needs use_mpi=True (without MPI no mpirun runs to take them)" % value)
+    return shlex.split(value)
+
+
+def _nics(value) -> List[str]:
+    if value is None:
+        return []
+    names = [value] if isinstance(value, str) else list(value)
+    if not names or any(not isinstance(n, str) or not n.strip() or "," in n for n in names):
+        raise ValueError("nics must be network interface names such as ['eth0'], got %r" % (value,))
+    return [n.strip() for n in names]
+
+
+def _executable(value) -> Optional[str]:
+    if value is not None and (not isinstance(value, str) or not value.strip()):
+        raise ValueError("executable must be the path of a Python interpreter on the executors, got %r" % (value,))
+    return value
 
 
 def run(fn: Callable, args=(), kwargs: Optional[dict] = None, num_proc: Optional[int] = None,
-        start_timeout: Optional[float] = None, env: Optional[Dict[str, str]] = None, stdout=None,
-        stderr=None, verbose: int = 1, use_mpi: Optional[bool] = None,
-        prefix_output_with_timestamp: bool = False) -> List[Any]:
+        start_timeout: Optional[float] = None, use_mpi: Optional[bool] = None, use_gloo: Optional[bool] = None,
+        extra_mpi_args: Optional[str] = None, env: Optional[Dict[str, str]] = None, stdout=None,
+        stderr=None, verbose: int = 1, nics: Optional[Iterable[str]] = None,
+        prefix_output_with_timestamp: bool = False, executable: Optional[str] = None) -> List[Any]:
     """Run ``fn(*args, **kwargs)`` as ``num_proc`` ranks in one Spark barrier stage.
 
     Returns fn's return values as a list indexed by rank. Inside fn, ``hvd.init()`` needs no
@@ -104,15 +135,25 @@ def run(fn: Callable, args=(), kwargs: Optional[dict] = None, num_proc: Optional
     job and raises ``RankFailedError`` with the rank and remote traceback; ranks that do not all
     start within ``start_timeout`` (default ``HOROVOD_SPARK_START_TIMEOUT`` or 600 s) raise
     ``StartTimeoutError`` naming them. ``env`` adds environment variables to every rank.
-    ``use_mpi=True`` starts the ranks with mpirun through the Spark tasks (see docs/spark.md).
+    ``use_mpi=True`` starts the ranks with mpirun through the Spark tasks (see docs/spark.md),
+    with ``extra_mpi_args`` added to its command line; ``use_gloo=True`` (Horovod's name for its
+    own TCP transport) asks for this project's shared-memory/TCP links, the default. ``nics``:
+    network interface names the ranks talk over (the first with an IPv4 address on each host).
+    ``executable``: the Python interpreter that runs the ranks on the executors (default: the
+    executor's own). The parameters are horovod.spark.run's, in its order.
     """
     sc = _spark_context()
     num_proc = preflight.check_num_proc(num_proc, sc.defaultParallelism)
     start_timeout = _start_timeout(start_timeout)
     rank_env = _rank_env(env)
+    use_mpi = _use_mpi(use_mpi, use_gloo)
+    mpi_args = _extra_mpi_args(extra_mpi_args, use_mpi)
+    nic_list = _nics(nics)
+    if nic_list:
+        rank_env["HOROVOD_GLOO_IFACE"] = ",".join(nic_list)
+    executable = _executable(executable)
     call = preflight.serialize_call(fn, args, kwargs)
     host_mode = placement.host_key_mode(os.environ.get(placement.HOST_KEY_ENV))
-    use_mpi = _use_mpi(use_mpi)
     sink = OutputSink(stdout, stderr, prefix_output_with_timestamp)
 
     def log(level: int, text: str) -> None:
@@ -129,7 +170,7 @@ def run(fn: Callable, args=(), kwargs: Optional[dict] = None, num_proc: Optional
     log(2, "driver service on %s:%d (bound to %s)" % (addrs[0], service.port, bind))
     spec = TaskSpec(job_id=job_id, driver_addrs=addrs, port=service.port, key=key, num_proc=num_proc,
                     call=call, start_timeout=start_timeout, host_key_mode=host_mode, env=rank_env,
-                    use_mpi=use_mpi)
+                    use_mpi=use_mpi, executable=executable)
 
     def notify():
         with service.condition:
@@ -143,7 +184,7 @@ def run(fn: Callable, args=(), kwargs: Optional[dict] = None, num_proc: Optional
     try:
         if use_mpi:
             from .mpi_launch import MpiLauncher  # checks for mpirun before any job exists
-            launcher = MpiLauncher(service, addrs[0], key, num_proc, sink, log)
+            launcher = MpiLauncher(service, addrs[0], key, num_proc, sink, log, mpi_args, nic_list)
         job.start()
         results = supervise(service, job, launcher, start_timeout, log)
         ok = True

@@ -46,6 +46,11 @@ class TaskSpec:
     host_key_mode: str
     env: Dict[str, str] = field(default_factory=dict)
     use_mpi: bool = False
+    executable: Optional[str] = None  # the ranks' Python; None: this executor's own
+
+    @property
+    def python(self) -> str:
+        return self.executable or sys.executable
 
 
 def _connect(spec: TaskSpec, io_timeout: float = wire.DEFAULT_IO_TIMEOUT):
@@ -169,7 +174,7 @@ def run_task(spec: TaskSpec, _iterator):
     try:
         host = placement_mod.host_key(spec.host_key_mode, executor)
         info = {"host": host, "addr": _local_address(addr, spec.port), "pid": os.getpid(),
-                "executor": executor, "attempt_id": attempt_id, "gpus": gpus, "python": sys.executable}
+                "executor": executor, "attempt_id": attempt_id, "gpus": gpus, "python": spec.python}
         # The driver enforces start_timeout; our wait only has to outlast it.
         kind, value = client.request("register", spec.job_id, partition, info, spec.start_timeout + 30.0,
                                      wait=spec.start_timeout + 30.0)
@@ -197,7 +202,7 @@ def run_task(spec: TaskSpec, _iterator):
                 raise TimeoutError("mpirun did not start its daemon in the task of rank %d within "
                                    "start_timeout (%.0f s)" % (partition, spec.start_timeout))
         else:
-            proc = RankProcess([sys.executable, "-m", "horovod_spark.spark.task_main", workdir],
+            proc = RankProcess([spec.python, "-m", "horovod_spark.spark.task_main", workdir],
                                env, shipper)
         control.watch(proc)
         while proc.wait(1.0) is None:

@@ -509,8 +509,9 @@ bool Transport::progress_control() {
 void Transport::close() {
   if (closed_) return;
   closed_ = true;
-  // Flush what we owe peers (bounded), then say goodbye so they know this was no crash.
-  for (int i = 0; i < 200 && size_ > 1; ++i) {
+  // Flush what we owe peers (bounded), then say goodbye so they know this was no crash. (Nothing
+  // to flush when connect() never ran: hvd.init() failed between creating and starting.)
+  for (int i = 0; i < 200 && size_ > 1 && static_cast<int>(queues_.size()) == size_; ++i) {
     progress_control();
     bool empty = true;
     for (int p = 0; p < size_; ++p)
