@@ -77,14 +77,16 @@ def _check_tape(hvd, keras, tf, rank):
     xr, yr = _shard(x, rank), _shard(y, rank)
     mse = keras.losses.MeanSquaredError()
 
-    def train(xs, ys, batch, distributed, compiled):
+    def train(xs, ys, batch, distributed, compiled, wrap_inside=False):
         model = _model(keras, 2)
         opt = keras.optimizers.SGD(LR)
 
         def step(bx, by):
             with tf.GradientTape() as tape:
                 loss = mse(by, model(bx, training=True))
-            if distributed:
+                if wrap_inside:  # wrapped while the user's tape still records (it crashed once)
+                    tape = hvd_tf.DistributedGradientTape(tape)
+            if distributed and not wrap_inside:
                 tape = hvd_tf.DistributedGradientTape(tape)
             grads = tape.gradient(loss, model.trainable_variables)
             opt.apply_gradients(zip(grads, model.trainable_variables))
@@ -95,6 +97,8 @@ def _check_tape(hvd, keras, tf, rank):
         return _weights(model)
 
     return {"tape_eager": train(xr, yr, BATCH, True, False), "tape_function": train(xr, yr, BATCH, True, True),
+            "tape_wrapped_inside_eager": train(xr, yr, BATCH, True, False, wrap_inside=True),
+            "tape_wrapped_inside_function": train(xr, yr, BATCH, True, True, wrap_inside=True),
             "tape_reference": train(x, y, SIZE * BATCH, False, False)}
 
 
@@ -195,6 +199,65 @@ def _check_load_model(hvd, keras, rank, directory):
     return out
 
 
+def _check_horovod_parity(hvd, keras, tf, rank):
+    """Behaviours a script ported from horovod.tensorflow.keras 0.28 relies on."""
+    x, y = _dataset()
+    xr, yr = _shard(x, rank), _shard(y, rank)
+    out = {}
+    # A constant multiplier is exponential decay from start_epoch.
+    schedule = hvd.callbacks.LearningRateScheduleCallback(initial_lr=0.1, multiplier=0.5, start_epoch=1)
+    _, hist = _fit(hvd, keras, 4, xr, yr, BATCH, epochs=4, callbacks=[schedule], optimizer=keras.optimizers.SGD(0.1))
+    out["constant_multiplier_lr"] = list(hist.history["lr"])
+    # backward_passes_per_step: iterations counts every batch.
+    model, _ = _fit(hvd, keras, 4, xr, yr, BATCH, epochs=1, backward_passes_per_step=2)
+    out["bpps_iterations"] = int(keras.ops.convert_to_numpy(model.optimizer.iterations))
+    # Allreduce names do not depend on Keras' per-process optimizer names (rank 1 makes one more).
+    if rank == 1:
+        keras.optimizers.SGD(LR)
+    model, _ = _fit(hvd, keras, 9, xr, yr, BATCH, epochs=1)
+    out["extra_optimizer_fit"] = _weights(model)
+    # PartialDistributedOptimizer: the local layer keeps rank-local weights, the rest agree.
+    model = _model(keras, 10)
+    model.compile(hvd.PartialDistributedOptimizer(keras.optimizers.SGD(LR), local_layers=[model.layers[1]]), "mse")
+    model.fit(xr, yr, batch_size=BATCH, epochs=1, shuffle=False, verbose=0)
+    out["partial_weights"] = _weights(model)
+    # The broadcast leaves local variables and Keras seed-generator state alone.
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8), keras.layers.Dropout(0.5, seed=rank),
+                              keras.layers.Dense(1)])
+    model.compile(hvd.DistributedOptimizer(keras.optimizers.SGD(LR)), "mse")
+    local = model.layers[2].kernel
+    cb = hvd.callbacks.BroadcastGlobalVariablesCallback(0, local_variables=[local])
+    model.fit(xr, yr, batch_size=BATCH, epochs=1, shuffle=False, verbose=0, callbacks=[cb])
+    seeds = [v for v in model.variables if "seed_generator_state" in v.name]
+    out["seed_states"] = [keras.ops.convert_to_numpy(v).copy() for v in seeds]
+    out["local_kernel"] = keras.ops.convert_to_numpy(local).copy()
+    out["shared_kernel"] = keras.ops.convert_to_numpy(model.layers[0].kernel).copy()
+    # Mixed precision: rank 1's first batch overflows float16, rank 0's does not. The loss scale
+    # must see the averaged gradients, or the ranks would skip different steps and stop matching.
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    try:
+        ys = yr * 1e-3  # small gradients: finite in float16 even times the loss scale (2**15)...
+        if rank == 1:
+            ys[:BATCH] *= 1e7  # ...except rank 1's first batch
+        model = _model(keras, 11)
+        model.compile(hvd.DistributedOptimizer(keras.optimizers.SGD(LR)), "mse")
+        model.fit(xr, ys, batch_size=BATCH, epochs=1, shuffle=False, verbose=0)
+        out["mixed_is_loss_scale"] = isinstance(model.optimizer, keras.optimizers.LossScaleOptimizer)
+        out["mixed_scale"] = float(keras.ops.convert_to_numpy(model.optimizer.dynamic_scale))
+        out["mixed_weights"] = _weights(model)
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    # Signatures: BestModelCheckpoint(monitor, verbose, save_weights_only, mode); load_model(legacy_opts=).
+    ckpt = hvd.callbacks.BestModelCheckpoint("loss", 0, True, "min")
+    out["ckpt_weights_only"] = (ckpt.save_weights_only, ckpt.mode if hasattr(ckpt, "mode") else "min")
+    try:
+        hvd.load_model("unused.keras", legacy_opts=True)
+        out["legacy_opts"] = "no error"
+    except ValueError as exc:
+        out["legacy_opts"] = str(exc)
+    return out
+
+
 def _rank_main(directory):
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import keras
@@ -212,6 +275,7 @@ def _rank_main(directory):
     results.update(_check_lr_callbacks(hvd, keras, rank))
     results.update(_check_checkpoint(hvd, keras, rank, directory))
     results.update(_check_load_model(hvd, keras, rank, directory))
+    results.update(_check_horovod_parity(hvd, keras, tf, rank))
     return results
 
 
@@ -243,7 +307,7 @@ def test_fit_matches_single_process_on_concatenated_batches(ranks, key, referenc
     assert any(not np.allclose(a, b, atol=1e-3) for a, b in zip(ranks[0][key], start))
 
 
-@pytest.mark.parametrize("key", ["tape_eager", "tape_function"])
+@pytest.mark.parametrize("key", ["tape_eager", "tape_function", "tape_wrapped_inside_eager", "tape_wrapped_inside_function"])
 def test_gradient_tape_loop_matches_single_process(ranks, key):
     _assert_identical_across_ranks(ranks, key)
     _assert_weights_close(ranks[0][key], ranks[0]["tape_reference"], key)
@@ -293,3 +357,25 @@ def test_load_model_round_trip(ranks):
         for a, b in zip(r["load_momentums"], ranks[0]["saved_momentums"]):
             np.testing.assert_allclose(a, b, rtol=RTOL, atol=ATOL)
     _assert_identical_across_ranks(ranks, "load_continued")
+
+
+def test_horovod_parity(ranks):
+    for result in ranks:
+        np.testing.assert_allclose(result["constant_multiplier_lr"], [0.1, 0.1, 0.05, 0.025], rtol=1e-6)
+        assert result["bpps_iterations"] == STEPS
+        assert result["ckpt_weights_only"][0] is True
+        assert "no legacy optimizers" in result["legacy_opts"]
+        assert result["mixed_is_loss_scale"]
+    _assert_identical_across_ranks(ranks, "extra_optimizer_fit")
+    # Partial: the second Dense (kernel, bias) is local, the first is averaged.
+    p0, p1 = ranks[0]["partial_weights"], ranks[1]["partial_weights"]
+    assert not np.allclose(p0[2], p1[2]) and not np.allclose(p0[3], p1[3])
+    np.testing.assert_array_equal(p0[0], p1[0])
+    np.testing.assert_array_equal(p0[1], p1[1])
+    np.testing.assert_array_equal(ranks[0]["shared_kernel"], ranks[1]["shared_kernel"])
+    assert not np.allclose(ranks[0]["local_kernel"], ranks[1]["local_kernel"])
+    assert ranks[0]["seed_states"] and not all(
+        np.array_equal(a, b) for a, b in zip(ranks[0]["seed_states"], ranks[1]["seed_states"]))
+    # Both ranks skipped the overflowing first step (the scale halved once) and stayed identical.
+    assert ranks[0]["mixed_scale"] == ranks[1]["mixed_scale"] < 32768.0
+    _assert_identical_across_ranks(ranks, "mixed_weights")

@@ -39,6 +39,7 @@ def _collectives(hvd, tf, x, rank):
         "grouped_allgather": hvd.grouped_allgather([x[:rank + 1], x[:1]]),
         "broadcast": hvd.broadcast(x, root_rank=1),
         "alltoall": hvd.alltoall(x, splits=SPLITS[rank]),
+        "alltoall_even": hvd.alltoall(x[:2]),  # no splits: the tensor alone, as in Horovod
         "reducescatter": hvd.reducescatter(x, op=hvd.Sum),
     }
     if x.dtype.is_floating:
@@ -217,6 +218,7 @@ def _expected_collectives(rank, dtype):
     starts = {r: np.cumsum([0] + SPLITS[r]) for r in range(SIZE)}
     exp["alltoall"] = [np.concatenate([xs[src][starts[src][rank]:starts[src][rank + 1]] for src in range(SIZE)]),
                        np.array([SPLITS[src][rank] for src in range(SIZE)], dtype=np.int32)]
+    exp["alltoall_even"] = np.concatenate([xs[0][rank:rank + 1], xs[1][rank:rank + 1]])
     if dtype.startswith("float"):
         exp["average"] = total / 2
         exp["scaled"] = total * 0.5 * 3.0

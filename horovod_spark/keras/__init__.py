@@ -19,7 +19,7 @@ from horovod_spark.common.process_sets import (ProcessSet, add_process_set, glob
                                                remove_process_set)
 from horovod_spark.keras import callbacks
 from horovod_spark.keras.ops import allgather, allreduce, broadcast, broadcast_global_variables, reducescatter
-from horovod_spark.keras.optimizer import DistributedOptimizer
+from horovod_spark.keras.optimizer import DistributedOptimizer, PartialDistributedOptimizer
 from horovod_spark.keras.saving import load_model
 from horovod_spark.tensorflow import (allgather_object, barrier, broadcast_object, broadcast_variables, init, join,
                                       shutdown)
@@ -32,7 +32,7 @@ __all__ = [
     "nccl_built", "cuda_built", "ddl_built", "ccl_built", "rocm_built", "start_timeline", "stop_timeline",
     "ProcessSet", "global_process_set", "add_process_set", "remove_process_set", "HorovodInternalError",
     "Average", "Sum", "Adasum", "Min", "Max", "Product", "Compression",
-    "DistributedOptimizer", "load_model", "callbacks",
+    "DistributedOptimizer", "PartialDistributedOptimizer", "load_model", "callbacks",
     "allreduce", "allgather", "broadcast", "reducescatter", "broadcast_global_variables",
     "broadcast_variables", "broadcast_object", "allgather_object", "join", "barrier",
 ]

@@ -4,20 +4,36 @@ import keras
 from horovod_spark.tensorflow.functions import broadcast_variables
 
 
+def _is_seed_state(variable):
+    """A keras.random.SeedGenerator's state (named so by Keras 3)."""
+    return str(getattr(variable, "name", "")).split("/")[-1].split(":")[0] == "seed_generator_state"
+
+
 class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
     """Broadcast the model's and the optimizer's variables from ``root_rank`` once, so all ranks
     train from the same state (random initialisation differs per rank; a checkpoint may exist on
     the root only).
 
     It runs before the first batch when the model is already built (the optimizer is built then
-    too, so its slots exist), else after the first batch, as Horovod does.
+    too, so its slots exist), else after the first batch, as Horovod does. ``local_variables`` (or
+    ``register_local_var``) are left as each rank has them, as in Horovod; so are the state of
+    Keras' random seed generators (Dropout, augmentation layers), which would otherwise make every
+    rank draw the same random masks.
     """
 
-    def __init__(self, root_rank, device=""):
+    def __init__(self, root_rank, device="", local_variables=None):
         super().__init__()
         self.root_rank = root_rank
         self.device = device
         self.broadcast_done = False
+        self._local_vars = []
+        for var in local_variables or []:
+            self.register_local_var(var)
+
+    def register_local_var(self, var):
+        """Leave ``var`` out of the broadcast (it stays rank-local)."""
+        if not any(v is var for v in self._local_vars):
+            self._local_vars.append(var)
 
     def _broadcast(self):
         optimizer = getattr(self.model, "optimizer", None)
@@ -26,6 +42,8 @@ class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
         variables = list(self.model.variables)
         if optimizer is not None:
             variables += list(optimizer.variables)
+        local = {id(v) for v in self._local_vars}
+        variables = [v for v in variables if id(v) not in local and not _is_seed_state(v)]
         broadcast_variables(variables, self.root_rank)
         self.broadcast_done = True
 

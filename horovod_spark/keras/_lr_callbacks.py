@@ -15,7 +15,8 @@ def _is_momentum_sgd(optimizer):
 
 class LearningRateScheduleCallback(keras.callbacks.Callback):
     """Set the learning rate to ``initial_lr * multiplier(epoch)`` for ``start_epoch <= epoch <
-    end_epoch`` (``multiplier`` a number or a function of the epoch).
+    end_epoch``. ``multiplier`` is a function of the epoch, or a number m, which as in Horovod 0.28
+    means exponential decay: ``initial_lr * m ** (epoch - start_epoch)``.
 
     ``staircase=True`` changes it at the start of each epoch; ``False`` at every batch, with a
     fractional epoch (``epoch + batch / steps_per_epoch``; ``steps_per_epoch`` defaults to what
@@ -34,7 +35,12 @@ class LearningRateScheduleCallback(keras.callbacks.Callback):
         self.momentum_correction = momentum_correction
         self.steps_per_epoch = steps_per_epoch
         self.current_epoch = None
-        self.multiplier = multiplier if callable(multiplier) else (lambda epoch: multiplier)
+        if initial_lr is None:
+            raise ValueError("%s needs initial_lr (the learning rate the schedule multiplies)" % type(self).__name__)
+        if callable(multiplier):
+            self.multiplier = multiplier
+        else:
+            self.multiplier = lambda epoch: multiplier ** (epoch - start_epoch)
 
     def _in_range(self, epoch):
         return epoch >= self.start_epoch and (self.end_epoch is None or epoch < self.end_epoch)
@@ -51,8 +57,6 @@ class LearningRateScheduleCallback(keras.callbacks.Callback):
                 buf.assign(buf * (new_lr / old_lr))
 
     def on_train_begin(self, logs=None):
-        if self.initial_lr is None:
-            raise ValueError("initial_lr is required (the learning rate the schedule multiplies)")
         if isinstance(self.model.optimizer.learning_rate, keras.optimizers.schedules.LearningRateSchedule):
             raise ValueError("the optimizer's learning rate is a LearningRateSchedule; Horovod LR callbacks set a "
                              "constant learning rate, so give the optimizer a float learning rate")
@@ -101,6 +105,6 @@ class LearningRateWarmupCallback(LearningRateScheduleCallback):
 
     def on_epoch_end(self, epoch, logs=None):
         super().on_epoch_end(epoch, logs)
-        if epoch == self.end_epoch - 1 and self.verbose > 0:
+        if epoch == self.end_epoch - 1 and self.verbose > 0 and _basics.rank() == 0:
             print("\nEpoch %d: finished gradual learning rate warmup to %g." % (epoch + 1, _get_lr(self.model.optimizer)))
 

@@ -23,6 +23,10 @@ class _Settings:
     reduce: ReduceSettings
     backward_passes_per_step: int = 1
     average_aggregated_gradients: bool = False
+    # Names the allreduces, so it must be the same on every rank: Horovod's ``name or
+    # "Distributed<Class>"``, not Keras' per-process automatic name (``sgd_1`` on a rank that made
+    # one more optimizer than the others would never match).
+    prefix: str = "DistributedOptimizer"
 
     def __post_init__(self):
         if int(self.backward_passes_per_step) < 1:
@@ -47,7 +51,17 @@ class _DistributedOptimizer:
     _hvd_settings = None
 
     def _hvd_prefix(self):
-        return "DistributedOptimizer.%s" % self.name
+        return self._hvd_settings.prefix
+
+    def register_local_var(self, var):
+        """Keep ``var``'s gradient rank-local: it is not allreduced (only scaled by 1/size when
+        ``scale_local_gradients``), as in Horovod."""
+        local = self.__dict__.get("_hvd_local_vars")
+        if local is None:
+            local = []
+            object.__setattr__(self, "_hvd_local_vars", local)
+        if not any(v is var for v in local):
+            local.append(var)
 
     def _hvd_variables(self, trainable_variables, count):
         if trainable_variables is not None:
@@ -56,7 +70,12 @@ class _DistributedOptimizer:
         return list(known) if known is not None and len(known) == count else None
 
     def _hvd_reduce(self, grads, variables):
-        return reduce_gradients(grads, self._hvd_settings.reduce, self._hvd_prefix(), variables)
+        local_vars = self.__dict__.get("_hvd_local_vars")
+        local = frozenset()
+        if local_vars and variables is not None:
+            ids = {id(v) for v in local_vars}
+            local = frozenset(i for i, v in enumerate(variables) if id(v) in ids)
+        return reduce_gradients(grads, self._hvd_settings.reduce, self._hvd_prefix(), variables, local)
 
     def apply(self, grads, trainable_variables=None):
         grads = list(grads)
@@ -94,11 +113,19 @@ class _DistributedOptimizer:
                 acc.sums[i].assign(tf.zeros_like(acc.sums[i]))
             return tf.constant(True)
 
+        def count_only():
+            # Every batch counts, as in Horovod and in Keras' own gradient accumulation, so
+            # schedules keyed on ``iterations`` advance per batch (the update increments it itself).
+            self.iterations.assign_add(1)
+            return tf.constant(False)
+
         if tf.executing_eagerly():
             if int(acc.passes.numpy()) % n == 0:
                 update()
+            else:
+                count_only()
             return None
-        tf.cond(tf.equal(acc.passes % n, 0), update, lambda: tf.constant(False))
+        tf.cond(tf.equal(acc.passes % n, 0), update, count_only)
         return None
 
 
@@ -115,11 +142,11 @@ def distributed_class(base_cls, settings):
 
 def make_settings(compression=Compression.none, sparse_as_dense=False, gradient_predivide_factor=1.0, op=Average,
                   backward_passes_per_step=1, average_aggregated_gradients=False, num_groups=0, groups=None,
-                  process_set=global_process_set, scale_local_gradients=True):
+                  process_set=global_process_set, scale_local_gradients=True, prefix="DistributedOptimizer"):
     reduce = ReduceSettings(compression=compression, sparse_as_dense=sparse_as_dense, op=op,
                             gradient_predivide_factor=gradient_predivide_factor, num_groups=num_groups,
                             groups=groups, process_set=process_set, scale_local_gradients=scale_local_gradients)
-    return _Settings(reduce, backward_passes_per_step, average_aggregated_gradients)
+    return _Settings(reduce, backward_passes_per_step, average_aggregated_gradients, prefix)
 
 
 def check_backend():
@@ -137,9 +164,16 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     As in Horovod, the copy is made from ``optimizer.get_config()``, so wrap before training
     (slot variables of an optimizer that already took steps are not carried over).
     ``backward_passes_per_step``: sum gradients locally over that many ``apply`` calls and
-    communicate once (``average_aggregated_gradients`` divides the sum by it); the optimizer's
-    ``iterations`` then counts real updates. ``compression``, ``sparse_as_dense``, ``op``,
-    ``gradient_predivide_factor``, ``num_groups``/``groups`` are as in DistributedGradientTape.
+    communicate once (``average_aggregated_gradients`` divides the sum by it); ``iterations``
+    still counts every batch, as in Horovod. ``compression``, ``sparse_as_dense``, ``op``,
+    ``gradient_predivide_factor``, ``num_groups``/``groups`` are as in DistributedGradientTape;
+    ``register_local_var(var)`` keeps a variable's gradient rank-local.
+
+    Mixed precision: with the ``mixed_float16`` global policy (or a ``LossScaleOptimizer`` passed
+    in) the result is a distributed LossScaleOptimizer, averaging before the loss scale checks for
+    overflow, so every rank skips the same steps. (Wrapped the other way round, as Keras' compile
+    would on its own, each rank would check its local gradients and ranks that disagree would
+    stop matching collectives.)
     """
     check_backend()
     if not isinstance(optimizer, keras.optimizers.Optimizer):
@@ -150,9 +184,35 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     if optimizer.built:
         warnings.warn("DistributedOptimizer: the optimizer was already built; its slot variables are not "
                       "copied into the distributed optimizer (wrap it before training)", stacklevel=2)
+    base_name = type(getattr(optimizer, "inner_optimizer", optimizer)).__name__
     settings = make_settings(compression, sparse_as_dense, gradient_predivide_factor, op, backward_passes_per_step,
-                             average_aggregated_gradients, num_groups, groups, process_set, scale_local_gradients)
+                             average_aggregated_gradients, num_groups, groups, process_set, scale_local_gradients,
+                             prefix=name or "Distributed%s" % base_name)
+    if _mixed_float16() and not isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
+        optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
     config = optimizer.get_config()
     if name is not None:
         config["name"] = name
     return distributed_class(type(optimizer), settings).from_config(config)
+
+
+def _mixed_float16():
+    return keras.config.dtype_policy().name == "mixed_float16"
+
+
+def PartialDistributedOptimizer(optimizer, name=None, device_dense="", device_sparse="", compression=Compression.none,
+                                sparse_as_dense=False, gradient_predivide_factor=1.0, op=Average, groups=None,
+                                process_set=global_process_set, local_layers=None, scale_local_gradients=True):
+    """A DistributedOptimizer whose ``local_layers`` (a Keras layer or a list of them) keep
+    rank-local gradients, as ``horovod.keras.PartialDistributedOptimizer``."""
+    wrapped = DistributedOptimizer(optimizer, name=name, compression=compression, sparse_as_dense=sparse_as_dense,
+                                   gradient_predivide_factor=gradient_predivide_factor, op=op, groups=groups,
+                                   process_set=process_set, scale_local_gradients=scale_local_gradients)
+    if local_layers is None:
+        local_layers = []
+    elif not isinstance(local_layers, (list, tuple)):
+        local_layers = [local_layers]
+    for layer in local_layers:
+        for var in layer.trainable_weights:
+            wrapped.register_local_var(var)
+    return wrapped

@@ -21,8 +21,8 @@ from horovod_spark.tensorflow._control import (barrier, init, join, local_rank_o
                                                process_set_included_op, rank_op, shutdown, size_op)
 from horovod_spark.tensorflow._op_args import Adasum, Average, Max, Min, Product, Sum
 from horovod_spark.tensorflow.compression import Compression
-from horovod_spark.tensorflow.functions import (allgather_object, broadcast_global_variables, broadcast_object,
-                                                broadcast_object_fn, broadcast_variables)
+from horovod_spark.tensorflow.functions import (allgather_object, broadcast_, broadcast_global_variables,
+                                                broadcast_object, broadcast_object_fn, broadcast_variables)
 from horovod_spark.tensorflow.gradient_tape import DistributedGradientTape, PartialDistributedGradientTape
 from horovod_spark.tensorflow.mpi_ops import (allgather, allreduce, alltoall, broadcast, grouped_allgather,
                                               grouped_allreduce, grouped_reducescatter, reducescatter)
@@ -35,7 +35,7 @@ __all__ = [
     "size_op", "rank_op", "local_size_op", "local_rank_op", "process_set_included_op",
     "ProcessSet", "global_process_set", "add_process_set", "remove_process_set", "HorovodInternalError",
     "Average", "Sum", "Adasum", "Min", "Max", "Product", "Compression",
-    "allreduce", "grouped_allreduce", "allgather", "grouped_allgather", "broadcast", "alltoall",
+    "allreduce", "grouped_allreduce", "allgather", "grouped_allgather", "broadcast", "broadcast_", "alltoall",
     "reducescatter", "grouped_reducescatter", "join", "barrier",
     "broadcast_variables", "broadcast_global_variables", "broadcast_object", "broadcast_object_fn",
     "allgather_object", "DistributedGradientTape", "PartialDistributedGradientTape", "DistributedOptimizer",

@@ -26,6 +26,20 @@ def broadcast_variables(variables, root_rank, process_set=global_process_set, in
     return tf.group(*[v.assign(r) for v, r in zip(variables, received)])
 
 
+def broadcast_(variables, root_rank, name=None, process_set=global_process_set):
+    """Horovod's in-place broadcast of variables: assign the root's values to ``variables`` and
+    return those values (a list of tensors, in order)."""
+    variables = list(variables)
+    if not variables:
+        return []
+    base = _names.op_name("broadcast_", name)
+    names = ["%s.%d" % (base, i) for i in range(len(variables))]
+    values = [as_tensor(v, "broadcast_") for v in variables]
+    received = _primitives.broadcast(values, names, root_rank, process_set)
+    with tf.control_dependencies([v.assign(r) for v, r in zip(variables, received)]):
+        return [tf.identity(r) for r in received]
+
+
 def broadcast_global_variables(root_rank):
     """Broadcast every TF1 global variable (graph mode only, as in Horovod)."""
     if tf.executing_eagerly():

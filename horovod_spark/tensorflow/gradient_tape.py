@@ -57,8 +57,12 @@ def DistributedGradientTape(gradtape, device_dense="", device_sparse="", compres
         raise TypeError("DistributedGradientTape wraps a tf.GradientTape, got %s" % type(gradtape).__name__)
     cls = _distributed_class(type(gradtape))
     tape = cls.__new__(cls)
-    # Share the recorded state: the wrapper stands in for the user's tape from here on.
+    # Share the recorded state: the wrapper stands in for the user's tape from here on. It is not
+    # on TensorFlow's tape stack itself (the user's tape is, inside its ``with`` block, and pops
+    # itself on leaving): a copy marked as recording would pop that same tape a second time in
+    # gradient(), which crashes the process when the wrapping happened inside the block.
     tape.__dict__.update(gradtape.__dict__)
+    tape._recording = False
     tape._hvd_settings = ReduceSettings(compression=compression, sparse_as_dense=sparse_as_dense, op=op,
                                         gradient_predivide_factor=gradient_predivide_factor,
                                         num_groups=num_groups, groups=groups, process_set=process_set,

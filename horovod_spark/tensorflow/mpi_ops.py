@@ -107,8 +107,9 @@ def broadcast(tensor, root_rank, name=None, ignore_name_scope=False, process_set
 def alltoall(tensor, splits=None, name=None, ignore_name_scope=False, process_set=global_process_set):
     """Send ``splits[r]`` rows of ``tensor`` (dim 0, in rank order) to each rank r.
 
-    Returns ``(output, received_splits)``: the rows every rank sent here, concatenated in rank
-    order, and how many came from each rank (int32). ``splits=None`` splits dim 0 evenly.
+    Returns the rows every rank sent here, concatenated in rank order; with ``splits`` given,
+    ``(output, received_splits)``, the second saying how many came from each rank (int32), as
+    Horovod does. ``splits=None`` splits dim 0 evenly.
     """
     tensor = as_tensor(tensor, "alltoall")
     if splits is not None:
@@ -116,7 +117,8 @@ def alltoall(tensor, splits=None, name=None, ignore_name_scope=False, process_se
         if splits.dtype not in (tf.int32, tf.int64):
             raise TypeError("alltoall splits must be int32 or int64, got %s" % splits.dtype.name)
     core_name = _names.op_name("alltoall", name, ignore_name_scope)
-    return _primitives.alltoall(tensor, core_name, splits, process_set)
+    output, received_splits = _primitives.alltoall(tensor, core_name, splits, process_set)
+    return (output, received_splits) if splits is not None else output
 
 
 def reducescatter(tensor, device_dense="", compression=Compression.none, op=Average, name=None,

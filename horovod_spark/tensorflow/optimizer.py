@@ -7,7 +7,7 @@ from horovod_spark.tensorflow.compression import Compression
 def DistributedOptimizer(optimizer, name=None, use_locking=False, device_dense="", device_sparse="",
                          compression=Compression.none, sparse_as_dense=False, backward_passes_per_step=1,
                          op=Average, gradient_predivide_factor=1.0, average_aggregated_gradients=False,
-                         num_groups=0, groups=None, process_set=global_process_set):
+                         num_groups=0, groups=None, process_set=global_process_set, scale_local_gradients=True):
     """Wrap a Keras 3 optimizer so gradients are averaged across ranks before they are applied
     (same as ``horovod_spark.keras.DistributedOptimizer``).
 
@@ -25,4 +25,5 @@ def DistributedOptimizer(optimizer, name=None, use_locking=False, device_dense="
                                         sparse_as_dense=sparse_as_dense, gradient_predivide_factor=gradient_predivide_factor,
                                         op=op, backward_passes_per_step=backward_passes_per_step,
                                         average_aggregated_gradients=average_aggregated_gradients,
-                                        num_groups=num_groups, groups=groups, process_set=process_set)
+                                        num_groups=num_groups, groups=groups, process_set=process_set,
+                                        scale_local_gradients=scale_local_gradients)
