@@ -150,6 +150,21 @@ def test_timeout_stops_ranks():
     assert time.monotonic() - t0 < 8
 
 
+def _init_unless_rank_one():
+    if int(os.environ["HOROVOD_RANK"]) == 1:
+        return None
+    from horovod_spark.common import basics
+    basics.init()
+
+
+def test_rank_ending_without_init_fails_the_others_fast():
+    start = time.monotonic()
+    with pytest.raises(RankFailedError) as info:
+        run_local(_init_unless_rank_one, num_proc=2, timeout=60)
+    assert time.monotonic() - start < 15
+    assert "rank 1 (exit code 0) ended without calling hvd.init()" in str(info.value)
+
+
 def test_run_local_rejects_bad_arguments():
     with pytest.raises(ValueError, match="num_proc"):
         run_local(_sleep_forever, num_proc=0)

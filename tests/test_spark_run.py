@@ -175,6 +175,24 @@ def check_allreduce_and_step(results, size):
         assert out["weight"] == pytest.approx([0.0 - 0.1 * mean_grad, 0.0 - 0.1 * 1.0])
 
 
+def _init_on_rank_zero_only():
+    from horovod_spark.common import basics
+    if int(os.environ["HOROVOD_RANK"]) == 1:
+        return "rank 1 never calls hvd.init()"
+    basics.init()
+    return basics.rank()
+
+
+def test_rank_returning_without_init_fails_the_others_fast(spark):
+    # Rank 0 would otherwise wait in hvd.init() for the whole start timeout (600 s by default).
+    start = time.monotonic()
+    with pytest.raises(RankFailedError) as info:
+        horovod_spark.run(_init_on_rank_zero_only, num_proc=2, verbose=0)
+    assert time.monotonic() - start < 20
+    assert info.value.rank == 0
+    assert "rank 1 (exit code 0) ended without calling hvd.init()" in str(info.value)
+
+
 def _die_before_allreduce():
     """Rank 1 raises while rank 0 waits in an allreduce with it: rank 0 then fails too (peer lost),
     and the root cause must still be the headline. Raw core ops: no torch import needed."""

@@ -260,3 +260,32 @@ def test_custom_handler_and_stop_releases_waiters(secret):
     assert not [t for t in threading.enumerate() if t.name.startswith("kv-")]
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", srv.port), timeout=1).close()
+
+
+def test_init_rendezvous_reports_waiting_and_fails_on_a_rank_that_ended(server, secret, monkeypatch, capsys):
+    """hvd.init()'s wait for the other ranks: it says whom it waits for, and a rank the launcher
+    reports as ended makes it fail at once instead of after HOROVOD_START_TIMEOUT."""
+    from horovod_spark.common import rendezvous
+
+    monkeypatch.setattr(rendezvous, "_WAIT_SLICE_S", 0.2)
+    monkeypatch.setattr(rendezvous, "_WAIT_NOTE_S", 0.5)
+    ident = rendezvous.Identity(0, 3, "env")
+    client = KVClient("127.0.0.1", server.port, secret)
+    client.put("job.init.0", "rank.0", b"r0")
+    client.put("job.init.0", "rank.2", b"r2")
+    threading.Timer(1.5, rendezvous.note_rank_exit, args=(server, "job", 1, 0)).start()
+    start = time.monotonic()
+    with pytest.raises(RuntimeError, match=r"rank 1 \(exit code 0\) ended without calling hvd.init\(\)"):
+        rendezvous._wait_for_ranks(client, "job.init.0", "job", ident, timeout=60)
+    assert time.monotonic() - start < 5
+    assert "still waiting for ranks [1]" in capsys.readouterr().err
+    # A rank that ended after putting its record does not count: it did take part.
+    rendezvous.note_rank_exit(server, "job", 2, 0)
+    client.put("job.init.0", "rank.1", b"r1")
+    assert rendezvous._wait_for_ranks(client, "job.init.0", "job", ident, timeout=5) == {
+        "rank.0": b"r0", "rank.1": b"r1", "rank.2": b"r2"}
+    # Nobody arrives and nobody ended: the timeout names the missing ranks.
+    client.put("job.init.1", "rank.0", b"r0")
+    with pytest.raises(TimeoutError, match=r"waited 0.5 s for all 3 ranks to start; ranks \[1, 2\] never arrived"):
+        rendezvous._wait_for_ranks(client, "job.init.1", "other", rendezvous.Identity(0, 3, "env"), timeout=0.5)
+    client.close()

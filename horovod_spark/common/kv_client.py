@@ -11,7 +11,7 @@ import os
 import socket
 import threading
 import time
-from typing import Any, Dict, Iterable, Optional
+from typing import Any, Dict, Iterable, List, Optional
 
 from horovod_spark.common import wire
 
@@ -151,6 +151,10 @@ class KVClient:
     def get_many(self, scope: str, keys: Iterable[str], timeout: float) -> Dict[str, bytes]:
         """All of ``keys`` in ``scope`` once every one is present (one wait for the lot)."""
         return self.request("get_many", scope, list(keys), float(timeout), wait=float(timeout))
+
+    def keys(self, scope: str) -> List[str]:
+        """The keys ``scope`` holds now, sorted."""
+        return self.request("keys", scope)
 
     def delete_scope(self, scope: str) -> int:
         """Remove every key of ``scope``; returns how many there were."""

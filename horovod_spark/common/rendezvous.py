@@ -8,6 +8,8 @@ import hashlib
 import json
 import os
 import socket
+import sys
+import time
 from dataclasses import dataclass
 from typing import List, Optional
 
@@ -106,10 +108,56 @@ def advertised_address(environ=None) -> str:
         return s.getsockname()[0]
 
 
+# While hvd.init() waits for the other ranks it looks this often whether one of them has exited
+# (the launcher notes each rank's exit under exited_scope()), and says every _WAIT_NOTE_S whom it
+# still waits for.
+_WAIT_SLICE_S = 1.0
+_WAIT_NOTE_S = 30.0
+
+
+def exited_scope(run_scope: str) -> str:
+    """Where a launcher notes ranks whose process ended: key ``rank.<n>``, value the exit code."""
+    return run_scope + ".exited"
+
+
+def note_rank_exit(store, run_scope: str, rank: int, returncode: int) -> None:
+    """What a launcher calls (``store``: its KV server or a client) when rank ``rank`` ended."""
+    store.put(exited_scope(run_scope), "rank.%d" % rank, str(int(returncode)).encode())
+
+
+def _wait_for_ranks(client, scope: str, run_scope: str, ident: Identity, timeout: float):
+    keys = ["rank.%d" % r for r in range(ident.size)]
+    start = time.monotonic()
+    deadline, next_note = start + timeout, start + _WAIT_NOTE_S
+    while True:
+        try:
+            return client.get_many(scope, keys, max(0.0, min(_WAIT_SLICE_S, deadline - time.monotonic())))
+        except TimeoutError as exc:
+            present = set(client.keys(scope))
+            missing = [r for r in range(ident.size) if "rank.%d" % r not in present]
+            gone = set(client.keys(exited_scope(run_scope))).intersection("rank.%d" % r for r in missing)
+            ended = {k: client.get(exited_scope(run_scope), k, 0.0) for k in gone}
+            if ended:
+                who = ", ".join("%s (exit code %s)" % (k.replace(".", " "), v.decode()) for k, v in sorted(ended.items()))
+                raise RuntimeError("hvd.init() on rank %d cannot complete: %s ended without calling hvd.init() "
+                                   "(every rank must call hvd.init(), the same number of times)" % (ident.rank, who)) from None
+            now = time.monotonic()
+            if now >= deadline:
+                raise TimeoutError("hvd.init() waited %.3g s for all %d ranks to start; ranks %s never arrived (%s). "
+                                   "A rank failed to start or is stuck before hvd.init(); HOROVOD_START_TIMEOUT "
+                                   "raises the limit." % (timeout, ident.size, missing, exc)) from None
+            if now >= next_note:
+                next_note = now + _WAIT_NOTE_S
+                sys.stderr.write("[horovod_spark] hvd.init() on rank %d: still waiting for ranks %s after %.0f s "
+                                 "(of HOROVOD_START_TIMEOUT=%.0f s)\n" % (ident.rank, missing, now - start, timeout))
+                sys.stderr.flush()
+
+
 def exchange_records(ident: Identity, mine: PeerRecord, generation: int, timeout: float,
                      environ=None) -> (List[PeerRecord], str):
     """Every rank's record, by rank, and a token all ranks share (derived from the job secret) that
-    the core uses to refuse connections from anything but its peers."""
+    the core uses to refuse connections from anything but its peers. Fails fast when a rank the
+    others wait for has ended without calling hvd.init(), and says whom it waits for meanwhile."""
     env = os.environ if environ is None else environ
     if ident.source == "single":
         return [mine], hashlib.sha256(os.urandom(16)).hexdigest()
@@ -117,17 +165,12 @@ def exchange_records(ident: Identity, mine: PeerRecord, generation: int, timeout
         records = [PeerRecord.decode(b) for b in ident.comm.allgather(mine.encode())]
         token = ident.comm.bcast(hashlib.sha256(os.urandom(32)).hexdigest(), root=0)
         return records, token
-    scope = "%s.init.%d" % (env.get("HOROVOD_RUN_SCOPE", "job"), generation)
+    run_scope = env.get("HOROVOD_RUN_SCOPE", "job")
+    scope = "%s.init.%d" % (run_scope, generation)
     client = KVClient.from_env(env)
     try:
         client.put(scope, "rank.%d" % ident.rank, mine.encode())
-        keys = ["rank.%d" % r for r in range(ident.size)]
-        try:
-            values = client.get_many(scope, keys, timeout)
-        except TimeoutError as exc:
-            raise TimeoutError("hvd.init() waited %.0f s for all %d ranks to start (%s). A rank "
-                               "failed to start or is stuck before hvd.init(); HOROVOD_START_TIMEOUT "
-                               "raises the limit." % (timeout, ident.size, exc)) from exc
+        values = _wait_for_ranks(client, scope, run_scope, ident, timeout)
     finally:
         client.close()
     records = [PeerRecord.decode(values["rank.%d" % r]) for r in range(ident.size)]

@@ -89,6 +89,7 @@ class KVStoreServer:
         self.add_handler("get", self._handle_get)
         self.add_handler("get_many", self._handle_get_many)
         self.add_handler("delete_scope", self._handle_delete_scope)
+        self.add_handler("keys", lambda scope: self.keys(_need_str("scope", scope)))
 
     def add_handler(self, op: str, fn: Callable[..., Any]) -> None:
         """Serve requests ``(op, *args)`` with ``fn(*args)``; its return value is the reply.

@@ -5,6 +5,7 @@ rendezvous environment of docs/dev/contracts.md. ``run_local`` ships ``fn`` thro
 (every byte authenticated), runs it in fresh interpreters, and returns the results by rank; on the
 first failure it stops every rank and raises ``RankFailedError`` with the rank's traceback.
 """
+import functools
 import logging
 import os
 import site
@@ -14,7 +15,7 @@ import uuid
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, TextIO
 
 import horovod_spark
-from horovod_spark.common import wire
+from horovod_spark.common import rendezvous, wire
 from horovod_spark.common.kv_client import KVClient
 from horovod_spark.runner import task_main
 from horovod_spark.runner.errors import RankFailedError
@@ -99,7 +100,9 @@ class LocalJob:
             base.update(self._extra_env)
             envs = [rank_environment(r, self.num_proc, self.port, self.secret, self.run_scope, base)
                     for r in range(self.num_proc)]
-            self.supervisor = RankSupervisor([self.argv] * self.num_proc, envs, **self._io)
+            # A rank that ends while others wait for it in hvd.init() makes them fail at once.
+            on_exit = functools.partial(rendezvous.note_rank_exit, self.server, self.run_scope)
+            self.supervisor = RankSupervisor([self.argv] * self.num_proc, envs, on_exit=on_exit, **self._io)
             self.supervisor.start()
         except BaseException:
             self.close()

@@ -189,7 +189,8 @@ class RankSupervisor:
 
     def __init__(self, argvs: Sequence[Sequence[str]], envs: Sequence[Mapping[str, str]], *,
                  cwd: Optional[str] = None, stdout: Optional[TextIO] = None, stderr: Optional[TextIO] = None,
-                 prefix_output: bool = True, tail_lines: int = 100, kill_grace: float = 2.0):
+                 prefix_output: bool = True, tail_lines: int = 100, kill_grace: float = 2.0,
+                 on_exit: Optional[Callable[[int, int], None]] = None):
         if len(argvs) != len(envs):
             raise ValueError("one argv and one environment per rank (got %d and %d)" % (len(argvs), len(envs)))
         if not argvs:
@@ -200,6 +201,7 @@ class RankSupervisor:
         self._stdout = stdout
         self._stderr = stderr
         self._kill_grace = kill_grace
+        self._on_exit = on_exit  # (rank, returncode), once per rank as it is reaped
         self._procs: List[subprocess.Popen] = []
         self._returncodes: Dict[int, int] = {}
         self._pump = _OutputPump(prefix_output, tail_lines)
@@ -263,6 +265,8 @@ class RankSupervisor:
             return False
         self._killpg(proc.pid, signal.SIGKILL)
         self._returncodes[rank] = proc.wait()
+        if self._on_exit is not None:
+            self._on_exit(rank, self._returncodes[rank])
         return True
 
     @staticmethod

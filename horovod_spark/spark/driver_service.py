@@ -17,6 +17,7 @@ Ops added (all arguments are plain wire values; nothing is unpickled):
 import time
 from typing import Callable, Dict, List, Optional, Tuple
 
+from horovod_spark.common.rendezvous import note_rank_exit
 from horovod_spark.runner.kv_server import KVStoreServer, RequestError
 
 STREAMS = ("stdout", "stderr")
@@ -186,6 +187,9 @@ class DriverService(KVStoreServer):
         with self.condition:
             self.exited[rank] = returncode
             self.condition.notify_all()
+        # Ranks still in hvd.init() waiting for this one learn it will never come (HOROVOD_RUN_SCOPE
+        # of the ranks is the job id).
+        note_rank_exit(self, self.job_id, rank, returncode)
 
     # -- MPI launch: the rsh agent on the driver asks a task to start mpirun's daemon -------------
     def _mpi_exec(self, rank, argv, env):
