@@ -8,6 +8,7 @@ import pyarrow.dataset as ds
 import pytest
 
 pyspark = pytest.importorskip("pyspark")
+from pyspark.ml.functions import array_to_vector  # noqa: E402
 from pyspark.ml.linalg import Vectors  # noqa: E402
 from pyspark.sql import SparkSession, functions as F, types as T  # noqa: E402
 
@@ -73,7 +74,8 @@ def good_df(spark):
         F.create_map(F.lit("k"), F.col("id")).alias("m"), F.struct(F.col("id").alias("a")).alias("s"),
         F.when(F.col("id") == 7, None).otherwise(F.col("id")).alias("with_null"),
         F.when(F.col("id") == 3, F.array(F.lit(1.0))).otherwise(F.array(F.lit(1.0), F.lit(2.0))).alias("ragged"),
-        (F.col("id") * 1.5).alias("x"))
+        (F.col("id") * 1.5).alias("x"),
+        F.when(F.col("id") == 9, None).otherwise(array_to_vector(F.array(F.col("id").cast("double")))).alias("vec_null"))
 
 
 # -- everything wrong raises ValueError before anything is written ------------------------------
@@ -86,6 +88,8 @@ BAD_INPUTS = [
     (dict(feature_cols=["s"], label_cols=["label"]), r"'s'.*struct.*fields"),
     (dict(feature_cols=["with_null"], label_cols=["label"]),
      r"null values.*'with_null' \(1 of 40 rows\).*dropna"),
+    (dict(feature_cols=["vec_null"], label_cols=["label"]),
+     r"null values.*'vec_null' \(1 of 40 rows\).*dropna"),
     (dict(feature_cols=["ragged"], label_cols=["label"]), r"'ragged'.*different lengths \(1 to 2\)"),
     (dict(feature_cols=["x"], label_cols=["label"], validation=0.0), r"validation=0.0.*between 0 and 1"),
     (dict(feature_cols=["x"], label_cols=["label"], validation=1.0), r"between 0 and 1"),

@@ -590,6 +590,8 @@ def test_horovod_run_parameters_nics_executable_use_gloo(spark, tmp_path):
     (dict(nics=["eth0,eth1"]), ValueError, "network interface names"),
     (dict(nics=[]), ValueError, "network interface names"),
     (dict(executable=""), ValueError, "Python interpreter"),
+    (dict(args=(1, 2)), TypeError, r"cannot be called with args=\(1, 2\).*too many positional arguments"),
+    (dict(kwargs={"lr": 0.1}), TypeError, r"cannot be called with .*unexpected keyword argument 'lr'"),
 ])
 def test_bad_run_parameters_fail_before_any_job(spark, kwargs, error, match):
     jobs = len(spark.sparkContext.statusTracker().getJobIdsForGroup())

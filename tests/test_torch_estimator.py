@@ -330,6 +330,10 @@ def test_model_built_directly_probes_output_shape(spark, class_df, fitted):
     np.testing.assert_array_equal(_outputs(pred, "scores"), _outputs(model.transform(class_df), "label__output"))
     with pytest.raises(ValueError, match="already exist"):
         direct.transform(pred)
+    # A null vector reaches the model's UDF as null, which names the column (not a JVM error).
+    holed = class_df.withColumn("vec", F.when(F.col("label") == 1, None).otherwise(F.col("vec")))
+    with pytest.raises(Exception, match=r"null rows in feature column 'vec'"):
+        model.transform(holed).write.format("noop").mode("overwrite").save()
 
 
 def test_pipeline_with_estimator_stage_save_and_load(spark, tmp_path):
@@ -403,6 +407,23 @@ def test_resume_after_failure_in_epoch_two(spark, class_df, tmp_path, capsys):
     with no_spark_job(spark.sparkContext):
         with pytest.raises(ValueError, match="run_id 'resumable' holds a run of a different model.*optimizer_class"):
             other.fit(class_df)
+
+
+def test_model_that_rejects_its_inputs_names_them_and_its_run_id_can_be_reused(spark, class_df, tmp_path):
+    store = Store.create(str(tmp_path / "store"))
+    torch.manual_seed(0)
+    wrong = TwoInputNet(vec_dim=5)  # the vector column has 4 values per row
+    est = _classifier_estimator(store, model=wrong, optimizer=torch.optim.SGD(wrong.parameters(), lr=0.1),
+                                epochs=1, run_id="first-try")
+    with pytest.raises(Exception) as info:
+        est.fit(class_df)
+    message = str(info.value)
+    assert "the model failed on a batch of its inputs ('vec': (32, 4) float32, 'arr': (32, 4) float32" in message
+    assert "mat1 and mat2 shapes cannot be multiplied" in message
+    # Nothing was trained under that run_id, so the corrected model may use it.
+    right = TwoInputNet()
+    fixed = est.copy({est.model: right, est.optimizer: torch.optim.SGD(right.parameters(), lr=0.1)})
+    assert len(fixed.fit(class_df).getHistory()["loss"]) == 1
 
 
 # -- progress channel (no Spark) -------------------------------------------------------------------

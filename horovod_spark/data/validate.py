@@ -111,7 +111,9 @@ def scan_data(df: DataFrame, specs: List[ColumnSpec], validation_col: Optional[s
             if spec.element_nullable:
                 aggs.append(F.max(F.exists(col, lambda x: x.isNull()).cast("int")).alias("e%d" % i))
         elif spec is not None and spec.kind == "vector":
-            size = F.size(vector_to_array(col))
+            # vector_to_array fails on a null vector; nulls are counted above and reported by
+            # check_stats like any column's.
+            size = F.when(col.isNotNull(), F.size(vector_to_array(col)))
             # A vector cast to string reads "(size,[indices],[values])" only when it is sparse. That
             # formats every value, which would cost more than the write, so only every 64th row of
             # each partition (its first row included) is looked at: is_sparse is informational,

@@ -144,7 +144,7 @@ class _Trainer:
         with self.train_reader.iter_epoch(epoch) as batches:
             for step, batch in enumerate(batches):
                 inputs, labels, weights = self._tensors(batch)
-                outputs = self._outputs(self.model(*inputs), labels)
+                outputs = self._outputs(self._forward(inputs), labels)
                 loss, values = self._loss(outputs, labels, weights)
                 # Accumulated over `passes` batches, the mean keeps the gradient's scale.
                 (loss / passes if passes > 1 else loss).backward()
@@ -169,7 +169,7 @@ class _Trainer:
             for batch in val_batches(self.val_reader, epoch, self.rank, self.size,
                                      self.spec.validation_steps_per_epoch):
                 inputs, labels, weights = self._tensors(batch)
-                outputs = self._outputs(self.model(*inputs), labels)
+                outputs = self._outputs(self._forward(inputs), labels)
                 _, values = self._loss(outputs, labels, weights)
                 values.update(self._metrics(outputs, labels))
                 metrics.add({name: float(v) for name, v in values.items()}, len(labels[0]))
@@ -181,6 +181,19 @@ class _Trainer:
         return {prefix + k: v for k, v in metrics.means(summed.numpy()).items()}
 
     # -- one batch -------------------------------------------------------------------------------
+    def _forward(self, inputs):
+        try:
+            return self.model(*inputs)
+        except Exception as exc:
+            # The model's own message (e.g. "mat1 and mat2 shapes cannot be multiplied") names no
+            # column: say what was fed, from where.
+            fed = ", ".join("%r: %s %s" % (name, tuple(t.shape), str(t.dtype).replace("torch.", ""))
+                            for name, t in zip(self.spec.feature_cols, inputs))
+            raise ValueError("the model failed on a batch of its inputs (%s; one argument per feature column, in "
+                             "feature_cols order, shaped by input_shapes): %s: %s. Make the model's forward() take "
+                             "these shapes, or change feature_cols / input_shapes"
+                             % (fed, type(exc).__name__, exc)) from exc
+
     def _tensors(self, batch):
         spec = self.spec
         features = model_inputs([batch[c] for c in spec.feature_cols], spec.input_shapes)

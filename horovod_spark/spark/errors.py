@@ -28,7 +28,8 @@ class RankFailedError(HorovodSparkError, runner_errors.RankFailedError):
         self.summary = "rank %d%s failed: %s: %s" % (rank, " on %s" % host if host else "", exc_type, message)
         text = self.summary
         if self.other_failures:
-            text += " (then also ranks %s)" % ", ".join(str(r) for r in sorted(self.other_failures))
+            others = sorted(self.other_failures)
+            text += " (then also rank%s %s)" % ("s" if len(others) > 1 else "", ", ".join(str(r) for r in others))
         if remote_traceback:
             text += "\n--- rank %d traceback ---\n%s" % (rank, remote_traceback.rstrip())
         RuntimeError.__init__(self, text)

@@ -4,6 +4,7 @@ Spark itself only notices that a barrier stage cannot fit after its own retry lo
 (spark.scheduler.barrier.maxConcurrentTasksCheck.*: 40 checks 15 s apart, about ten minutes), and
 refuses barrier stages under dynamic allocation only at submission. We answer both at once.
 """
+import inspect
 import os
 import re
 import time
@@ -36,6 +37,7 @@ def serialize_call(fn, args, kwargs) -> bytes:
         raise TypeError("args must be a tuple or list, got %s" % type(args).__name__)
     if kwargs is not None and not isinstance(kwargs, dict):
         raise TypeError("kwargs must be a dict, got %s" % type(kwargs).__name__)
+    _check_arguments_fit(fn, args, kwargs or {})
     try:
         return cloudpickle.dumps((fn, tuple(args), dict(kwargs or {})))
     except Exception as exc:
@@ -44,7 +46,34 @@ def serialize_call(fn, args, kwargs) -> bytes:
             "cannot send %s to the Spark tasks: it (or its args/kwargs, or a global or closure "
             "variable it uses) cannot be pickled with cloudpickle: %s: %s. Create such objects "
             "(locks, sockets, open files, Spark sessions/contexts, DataFrames) inside fn instead."
-            % (name, type(exc).__name__, exc)) from exc
+            % (name, type(exc).__name__, str(exc).rstrip(". "))) from exc
+
+
+def _check_arguments_fit(fn, args, kwargs) -> None:
+    """A call that cannot bind (a missing or unexpected argument) fails here, not in every rank."""
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):  # builtins and C functions may have none: the ranks will tell
+        return
+    try:
+        signature.bind(*args, **kwargs)
+    except TypeError as exc:
+        name = getattr(fn, "__qualname__", repr(fn))
+        raise TypeError("%s%s cannot be called with args=%s, kwargs=%s: %s"
+                        % (name, signature, _short(tuple(args)), _short(kwargs), exc)) from None
+
+
+def _short(value, limit: int = 200) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _bigger_master_hint(master: str, cores: int) -> str:
+    m = _LOCAL_CLUSTER.match(master)
+    if m:
+        per_worker = int(m.group(2))
+        return "local-cluster[%d,%d,...]" % (-(-cores // per_worker), per_worker)
+    return "local[%d]" % cores
 
 
 def _static_slots(master: str, task_cpus: int) -> Optional[int]:
@@ -125,11 +154,11 @@ def check_cluster(sc, num_proc: int, log) -> None:
         raise HorovodSparkError(
             "num_proc=%d ranks need %d task slots at once (barrier mode), but this cluster (%s) "
             "has %d: slots = executors' cores / spark.task.cpus (%d)%s. Lower num_proc to at most "
-            "%d, or add executors/cores (e.g. local[%d], more workers, spark.executor.cores), or "
+            "%d, or add executors/cores (e.g. %s, more workers, spark.executor.cores), or "
             "lower spark.task.cpus." % (
                 num_proc, num_proc, sc.master, slots, task_cpus,
                 ", limited also by GPUs per executor / spark.task.resource.gpu.amount (%s)" % gpu
-                if gpu else "", max(slots, 0), num_proc * task_cpus))
+                if gpu else "", max(slots, 0), _bigger_master_hint(sc.master, num_proc * task_cpus)))
     busy = _busy_slots(sc)
     if busy and slots - busy < num_proc:
         log(1, "%d of %d task slots are busy with other jobs; the %d ranks start when %d are free "

@@ -132,7 +132,7 @@ def _start_timeout_error(service: DriverService, job: BarrierJob, start_timeout:
         job.cancel()
     service.abort("start timeout")
     return StartTimeoutError(
-        "start_timeout (%.0f s) expired: ranks/partitions %s never registered with the driver; %s. "
+        "start_timeout (%.3g s) expired: ranks/partitions %s never registered with the driver; %s. "
         "Raise start_timeout (or HOROVOD_SPARK_START_TIMEOUT) if the cluster is just slow."
         % (start_timeout, missing, why), missing, job.group)
 

@@ -200,7 +200,7 @@ def run_task(spec: TaskSpec, _iterator):
                 if control.abort_reason is not None:
                     return [(partition, "aborted", None)]
                 raise TimeoutError("mpirun did not start its daemon in the task of rank %d within "
-                                   "start_timeout (%.0f s)" % (partition, spec.start_timeout))
+                                   "start_timeout (%.3g s)" % (partition, spec.start_timeout))
         else:
             proc = RankProcess([spec.python, "-m", "horovod_spark.spark.task_main", workdir],
                                env, shipper)

@@ -56,6 +56,11 @@ def run_fit(est, source):
     run_id = cfg.run_id or new_run_id()
     checkpoints = CheckpointStore(cfg.store, run_id)
     record = checkpoints.read_run_record() if cfg.run_id else None
+    if record is not None and checkpoints.latest() is None:
+        # Started before but no epoch finished (e.g. the model failed on its first batch): there
+        # is nothing to resume, so this run_id may start over with another model or dataset.
+        log(1, "run %s has no completed epoch to resume: starting it afresh" % run_id)
+        record = None
     signature = dict(plan.signature, feature_cols=cfg.feature_cols, label_cols=cfg.label_cols)
     if record is not None:
         # Model and columns are compared now, before preparing data; the dataset once it is known.

@@ -34,14 +34,17 @@ def cached_model(key: str, data: bytes, loader: Callable[[bytes], object]):
     return model
 
 
-def column_to_numpy(array: pa.Array) -> np.ndarray:
-    """A scalar column -> 1-D array; a list column (fixed length per row) -> 2-D (rows, n)."""
+def column_to_numpy(array: pa.Array, name: str = "") -> np.ndarray:
+    """A scalar column -> 1-D array; a list column (fixed length per row) -> 2-D (rows, n).
+    ``name`` (the feature column) is for error messages."""
+    what = "feature column %r" % name if name else "a feature column"
     if isinstance(array, pa.ChunkedArray):
         array = array.combine_chunks()
     if pa.types.is_list(array.type) or pa.types.is_large_list(array.type) or pa.types.is_fixed_size_list(array.type):
         rows = len(array)
         if array.null_count:
-            raise ValueError("transform() found null feature arrays: drop or fill them first")
+            raise ValueError("transform() found null rows in %s: drop them (df.dropna(subset=[...])) or fill "
+                             "them first" % what)
         if not pa.types.is_fixed_size_list(array.type) and rows:
             widths = np.diff(array.offsets.to_numpy())
             if np.any(widths != widths[0]):
@@ -51,7 +54,8 @@ def column_to_numpy(array: pa.Array) -> np.ndarray:
         width = len(values) // rows if rows else 0
         return values.to_numpy(zero_copy_only=False).reshape(rows, width)
     if array.null_count:
-        raise ValueError("transform() found null feature values: drop or fill them first")
+        raise ValueError("transform() found null values in %s: drop them (df.dropna(subset=[...])) or fill "
+                         "them first" % what)
     return array.to_numpy(zero_copy_only=False)
 
 
@@ -90,7 +94,7 @@ def make_predict_udf(key: str, data: bytes, loader: Callable, predict: Callable,
             if isinstance(struct, pa.ChunkedArray):
                 struct = struct.combine_chunks()
             # flatten(), unlike field(i), honours the struct's own slice offset.
-            columns = [column_to_numpy(a) for a in struct.flatten()]
+            columns = [column_to_numpy(a, f.name) for a, f in zip(struct.flatten(), struct.type)]
             outputs = predict(model, model_inputs(columns, input_shapes))
             if len(outputs) != len(names):
                 raise ValueError("the model returned %d output(s) but there are %d output column(s) (%s): return one "

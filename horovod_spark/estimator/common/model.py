@@ -76,7 +76,8 @@ class HorovodModel(Model, ModelParams, MLReadable, MLWritable):
             raise ValueError("output column(s) %s already exist in the DataFrame: drop them or set output_cols to "
                              "other names" % clash)
 
-        inputs = F.struct(*[_model_input(c, fields[c]).alias("f%d" % i) for i, c in enumerate(features)])
+        # Fields named as the feature columns: the UDF's errors name them.
+        inputs = F.struct(*[_model_input(c, fields[c]).alias(c) for c in features])
         data = self.model_bytes()
         key = "%s-%s" % (self.uid, hashlib.sha256(data).hexdigest()[:20])
         shapes = self.getOrDefault("output_shapes") or self._probe_output_shapes(dataset, inputs, key, data)
@@ -104,7 +105,7 @@ class HorovodModel(Model, ModelParams, MLReadable, MLWritable):
         if table.num_rows == 0:
             raise ValueError("cannot tell the model's output shapes from an empty DataFrame; set output_shapes")
         struct = table.column("x").combine_chunks()
-        columns = [inference.column_to_numpy(a) for a in struct.flatten()]
+        columns = [inference.column_to_numpy(a, f.name) for a, f in zip(struct.flatten(), struct.type)]
         model = inference.cached_model(key, data, type(self)._loader)
         results = type(self)._predictor(model, model_inputs(columns, self.getOrDefault("input_shapes")))
         shapes = [per_row_shape(r) for r in results]
@@ -125,8 +126,10 @@ def _model_input(name: str, data_type):
 
     from horovod_spark.data.schema import column, is_vector_type, scalar_dtype
     if is_vector_type(data_type):
-        # float32, as prepare_data writes vectors for training: the model sees the same values.
-        return vector_to_array(column(name), "float32")
+        # float32, as prepare_data writes vectors for training: the model sees the same values. A
+        # null vector stays null (vector_to_array would fail the task with a JVM error) and the
+        # UDF names the column.
+        return F.when(column(name).isNotNull(), vector_to_array(column(name), "float32"))
     if scalar_dtype(data_type) is not None:
         return column(name)
     if isinstance(data_type, T.ArrayType) and scalar_dtype(data_type.elementType) is not None:
