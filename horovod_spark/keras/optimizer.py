@@ -13,7 +13,7 @@ import keras
 import tensorflow as tf
 
 from horovod_spark.common.process_sets import global_process_set
-from horovod_spark.tensorflow._gradients import ReduceSettings, reduce_gradients
+from horovod_spark.tensorflow._gradients import ReduceSettings, local_layer_variables, reduce_gradients
 from horovod_spark.tensorflow._op_args import Average
 from horovod_spark.tensorflow.compression import Compression
 
@@ -208,11 +208,6 @@ def PartialDistributedOptimizer(optimizer, name=None, device_dense="", device_sp
     wrapped = DistributedOptimizer(optimizer, name=name, compression=compression, sparse_as_dense=sparse_as_dense,
                                    gradient_predivide_factor=gradient_predivide_factor, op=op, groups=groups,
                                    process_set=process_set, scale_local_gradients=scale_local_gradients)
-    if local_layers is None:
-        local_layers = []
-    elif not isinstance(local_layers, (list, tuple)):
-        local_layers = [local_layers]
-    for layer in local_layers:
-        for var in layer.trainable_weights:
-            wrapped.register_local_var(var)
+    for var in local_layer_variables(local_layers):
+        wrapped.register_local_var(var)
     return wrapped

@@ -63,6 +63,16 @@ def variable_label(variable):
     return ""
 
 
+def local_layer_variables(local_layers):
+    """The trainable variables of ``local_layers`` (None, a Keras layer, or a list of them): what
+    the Partial* wrappers keep rank-local."""
+    if local_layers is None:
+        return []
+    if not isinstance(local_layers, (list, tuple)):
+        local_layers = [local_layers]
+    return [var for layer in local_layers for var in layer.trainable_weights]
+
+
 def _index_groups(settings, dense, variables):
     if settings.num_groups:
         return [list(chunk) for chunk in np.array_split(np.array(dense, dtype=np.int64), settings.num_groups)

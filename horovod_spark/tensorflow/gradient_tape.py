@@ -2,7 +2,7 @@
 import tensorflow as tf
 
 from horovod_spark.common.process_sets import global_process_set
-from horovod_spark.tensorflow._gradients import ReduceSettings, reduce_gradients
+from horovod_spark.tensorflow._gradients import ReduceSettings, local_layer_variables, reduce_gradients
 from horovod_spark.tensorflow._op_args import Average
 from horovod_spark.tensorflow.compression import Compression
 
@@ -81,11 +81,6 @@ def PartialDistributedGradientTape(gradtape, device_dense="", device_sparse="", 
     tape = DistributedGradientTape(gradtape, device_dense, device_sparse, compression, sparse_as_dense, op,
                                    gradient_predivide_factor, num_groups, groups, process_set,
                                    scale_local_gradients)
-    if local_layers is None:
-        local_layers = []
-    elif not isinstance(local_layers, (list, tuple)):
-        local_layers = [local_layers]
-    for layer in local_layers:
-        for var in layer.trainable_weights:
-            tape.register_local_source(var)
+    for var in local_layer_variables(local_layers):
+        tape.register_local_source(var)
     return tape
