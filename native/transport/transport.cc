@@ -540,6 +540,16 @@ PeerGroup::PeerGroup(Transport* t, std::vector<int> ranks) : t_(t), ranks_(std::
     if (ranks_[i] == t->rank()) my_index_ = static_cast<int>(i);
 }
 
+bool PeerGroup::scatter_through(const ScatteredBuffer* b) {
+  // Below this average piece size a TCP peer is better served from one contiguous buffer.
+  constexpr size_t kMinTcpPieceBytes = 256 * 1024;
+  if (b != nullptr && !b->start.empty() && b->bytes / b->start.size() < kMinTcpPieceBytes)
+    for (int r : ranks_)
+      if (r != t_->rank() && !t_->is_local(r)) return false;
+  t_->scatter_through(b);
+  return true;
+}
+
 std::pair<uint8_t*, size_t> ScatteredBuffer::resolve(const void* p) const {
   const size_t off = static_cast<size_t>(static_cast<const uint8_t*>(p) - base);
   // The last piece starting at or before off.

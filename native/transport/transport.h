@@ -144,10 +144,10 @@ class PeerGroup : public Group {
   int size() const override { return static_cast<int>(ranks_.size()); }
   int global_rank(int index) const override { return ranks_[index]; }
   void exchange(const std::vector<SendSpec>& sends, const std::vector<RecvSpec>& recvs) override;
-  bool scatter_through(const ScatteredBuffer* b) override {
-    t_->scatter_through(b);
-    return true;
-  }
+  // Declines (the engine then stages through its fusion buffer) when a TCP peer would receive
+  // small pieces: every piece is a syscall each way, so 256 tensors of 16 KiB took 2.5x as long
+  // as one copy into a contiguous buffer and one stream. Shared memory takes any piece size.
+  bool scatter_through(const ScatteredBuffer* b) override;
 
  private:
   Transport* t_;
