@@ -13,8 +13,9 @@ class _DistributedTape:
     """Mixed in front of the user's tape class, so ``isinstance(tape, tf.GradientTape)`` and any
     behaviour of a GradientTape subclass are kept."""
 
-    def gradient(self, target, sources, output_gradients=None,
-                 unconnected_gradients=tf.UnconnectedGradients.NONE, use_generic_names=False):
+    # Horovod's order: use_generic_names is the fourth positional parameter.
+    def gradient(self, target, sources, output_gradients=None, use_generic_names=False,
+                 unconnected_gradients=tf.UnconnectedGradients.NONE):
         grads = super().gradient(target, sources, output_gradients=output_gradients,
                                  unconnected_gradients=unconnected_gradients)
         flat_sources = tf.nest.flatten(sources)

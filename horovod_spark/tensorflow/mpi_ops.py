@@ -58,7 +58,7 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="", compressi
 
 def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="", compression=Compression.none,
                       op=None, prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set,
-                      name=None, ignore_name_scope=False):
+                      ignore_name_scope=False, name=None):
     """Reduce a list of tensors; the dense ones are negotiated and fused as one unit."""
     op = resolve_op(op, average)
     tensors = list(tensors)
@@ -98,7 +98,7 @@ def grouped_allgather(tensors, name=None, ignore_name_scope=False, process_set=g
 
 
 def broadcast(tensor, root_rank, name=None, ignore_name_scope=False, process_set=global_process_set):
-    """Return the root's ``tensor`` on every rank (``root_rank`` counts within the process set)."""
+    """Return the root's ``tensor`` on every rank (``root_rank``: a global rank, as in Horovod)."""
     tensor = as_tensor(tensor, "broadcast")
     core_name = _names.op_name("broadcast", name, ignore_name_scope)
     return _primitives.broadcast([tensor], [core_name], root_rank, process_set)[0]
@@ -148,3 +148,17 @@ def grouped_reducescatter(tensors, device_dense="", compression=Compression.none
     names = ["%s.%dof%d" % (base, i, len(tensors)) for i in range(len(tensors))]
     outs = _primitives.reducescatter(list(compressed), names, op, prescale_factor, postscale_factor, process_set)
     return [compression.decompress(o, c) for o, c in zip(outs, ctxs)]
+
+
+# The rest of horovod.tensorflow.mpi_ops' namespace, which ported scripts also import from here.
+from horovod_spark.common.basics import (ccl_built, cross_rank, cross_size, cuda_built, ddl_built,  # noqa: E402
+                                         gloo_built, gloo_enabled, is_homogeneous, is_initialized, local_rank,
+                                         local_size, mpi_built, mpi_enabled, mpi_threads_supported, nccl_built,
+                                         rank, rocm_built, size, start_timeline, stop_timeline)
+from horovod_spark.common.process_sets import ProcessSet, add_process_set, remove_process_set  # noqa: E402
+from horovod_spark.tensorflow._control import (init, join, local_rank_op, local_size_op,  # noqa: E402
+                                               process_set_included_op, rank_op, shutdown, size_op)
+from horovod_spark.tensorflow._op_args import Adasum, Max, Min, Product  # noqa: E402
+from horovod_spark.tensorflow.functions import broadcast_  # noqa: E402
+
+handle_average_backwards_compatibility = resolve_op
