@@ -82,6 +82,14 @@ def test_create_picks_fsspec_for_other_urls():
     assert isinstance(store.filesystem(), pafs.FileSystem)
 
 
+def test_fsspec_storage_options_as_keywords_or_as_horovods_dict():
+    assert Store.create("memory://bucket/a", storage_options={"skip_instance_cache": True}).storage_options == {
+        "skip_instance_cache": True}
+    assert Store.create("memory://bucket/b", skip_instance_cache=True).storage_options == {"skip_instance_cache": True}
+    with pytest.raises(TypeError, match="storage_options must be a dict"):
+        Store.create("memory://bucket/c", storage_options="key=secret")
+
+
 def test_fsspec_protocol_without_its_package_names_the_package():
     pytest.importorskip("fsspec")
     try:

@@ -275,6 +275,31 @@ def test_validation_by_column_sample_weights_scalar_output(spark, tmp_path):
     assert len(rows) == 125 and float(np.abs(errors).mean()) < 0.2
 
 
+def test_integer_label_with_elementwise_loss_takes_the_output_shape(spark, tmp_path):
+    """An int label against a (rows, 1) output and mse_loss: compared row by row, as Horovod does
+    (it used to broadcast to rows x rows). With lr=0 the epoch's loss is the untrained model's MSE."""
+    rows = [(float(i % 7) / 7, float(i % 3)) for i in range(96)]
+    df = spark.createDataFrame([([a, b], int(i % 4)) for i, (a, b) in enumerate(rows)], ["x", "y"])
+    torch.manual_seed(0)
+    net = torch.nn.Linear(2, 1)
+    expected = float(torch.nn.functional.mse_loss(
+        net(torch.tensor([[a, b] for a, b in rows], dtype=torch.float32)),
+        torch.tensor([[float(i % 4)] for i in range(96)])))
+    est = TorchEstimator(num_proc=NUM_PROC, model=net, optimizer=torch.optim.SGD(net.parameters(), lr=0.0),
+                         loss=torch.nn.functional.mse_loss, feature_cols=["x"], label_cols=["y"],
+                         input_shapes=[[-1, 2]],  # Horovod's batch-first form
+                         batch_size=16, epochs=1, shuffle=False, store=Store.create(str(tmp_path)), verbose=0)
+    history = est.fit(df).getHistory()
+    assert history["loss"][0] == pytest.approx(expected, rel=1e-5)
+
+
+def test_shapes_in_horovods_batch_first_form():
+    from horovod_spark.estimator.common.converters import to_shapes
+    with pytest.warns(UserWarning, match="batch-first form"):
+        assert to_shapes([[-1, 1, 28, 28], [8]]) == [[1, 28, 28], [8]]
+    assert to_shapes([[-1], [4, -1]]) == [[-1], [4, -1]]  # per-row shapes that infer a dimension
+
+
 def test_second_fit_reuses_prepared_data(class_df, fitted, capsys):
     est, _, store, _ = fitted
     data_dir = store.get_intermediate_data_path()

@@ -222,10 +222,17 @@ class _Trainer:
             raise ValueError("the model returned %d output(s) for %d label column(s) %s: return one output per label "
                              "column" % (len(outputs), len(labels), self.spec.label_cols))
         for i, (out, label) in enumerate(zip(outputs, labels)):
-            # A regression label stored as (rows,) against a (rows, 1) output would broadcast to
-            # (rows, rows) in the loss: give float labels the output's shape when the sizes agree.
-            if label.is_floating_point() and label.shape != out.shape and label.numel() == out.numel():
-                labels[i] = label.reshape(out.shape)
+            # A label stored as (rows,) against a (rows, 1) output would broadcast to (rows, rows)
+            # in the loss: a label with as many values as the output takes its shape (as Horovod's
+            # transform_outputs does), and, being then element-wise, its floating dtype (Horovod
+            # feeds every label as float). Class indices against (rows, classes) logits differ in
+            # size and stay integers for cross_entropy.
+            if isinstance(out, self.torch.Tensor) and label.numel() == out.numel():
+                if label.shape != out.shape:
+                    label = label.reshape(out.shape)
+                if out.is_floating_point() and not label.is_floating_point():
+                    label = label.to(out.dtype)
+                labels[i] = label
         return outputs
 
     def _loss(self, outputs, labels, weights):

@@ -1,4 +1,6 @@
 """FsspecStore: any filesystem with an fsspec implementation (s3://, gs://, abfs://, memory://...)."""
+from typing import Optional
+
 from horovod_spark.store.base import Store, url_scheme
 
 # Spark's Hadoop connectors name some object stores differently from fsspec.
@@ -9,11 +11,15 @@ class FsspecStore(Store):
     """Store paths are URLs; I/O goes through pyarrow's wrapper of the fsspec filesystem so every
     store offers one ``pyarrow.fs.FileSystem``. ``storage_options`` go to the fsspec filesystem."""
 
-    def __init__(self, prefix_path: str, **storage_options):
+    def __init__(self, prefix_path: str, storage_options: Optional[dict] = None, **more_options):
+        """Storage options for fsspec as keywords, or as one ``storage_options`` dict (Horovod's
+        spelling), or both."""
         self.protocol = url_scheme(prefix_path)
         if not self.protocol:
             raise ValueError("FsspecStore needs a URL with a protocol, got %r" % prefix_path)
-        self.storage_options = storage_options
+        if storage_options is not None and not isinstance(storage_options, dict):
+            raise TypeError("storage_options must be a dict of fsspec options, got %s" % type(storage_options).__name__)
+        self.storage_options = dict(storage_options or {}, **more_options)
         _check_protocol(self.protocol, prefix_path)
         super().__init__(prefix_path)
 

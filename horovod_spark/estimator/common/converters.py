@@ -5,6 +5,7 @@ They raise TypeError like pyspark's, which pyspark re-raises naming the param. R
 so that a value can be set in any order and every problem is reported with its fix.
 """
 import numbers
+import warnings
 
 from pyspark.ml.param import TypeConverters
 
@@ -51,7 +52,14 @@ def to_shapes(value):
         if not isinstance(shape, (list, tuple)) or not all(
                 isinstance(d, numbers.Integral) and not isinstance(d, bool) for d in shape):
             raise TypeError("each shape must be a list of ints (the shape of one row), got %r" % (shape,))
-        shapes.append([int(d) for d in shape])
+        shape = [int(d) for d in shape]
+        if len(shape) > 1 and shape[0] == -1:
+            # horovod.spark.torch's form includes the batch dimension ([-1, 1, 28, 28]); a per-row
+            # shape would hardly infer its leading dimension, so read it as that form.
+            warnings.warn("shape %r read as Horovod's batch-first form: per-row shape %r" % (shape, shape[1:]),
+                          stacklevel=4)
+            shape = shape[1:]
+        shapes.append(shape)
     return shapes
 
 
