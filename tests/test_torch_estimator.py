@@ -195,6 +195,11 @@ def test_bad_params_fail_before_any_spark_job(spark, class_df, tmp_path):
     # Not a DataFrame at all.
     with pytest.raises(ValueError, match="needs a pyspark.sql.DataFrame"):
         TorchEstimator(**good).fit([(1.0, 2.0)])
+    # horovod.spark's parameters that do not exist here say what to do instead.
+    with pytest.raises(ValueError, match=r"does not take shuffle_buffer_size=: pass shuffle=<rows>"):
+        TorchEstimator(shuffle_buffer_size=1000, **good)
+    with pytest.raises(ValueError, match=r"does not take nonsense=: not a parameter of TorchEstimator"):
+        TorchEstimator(**good).setParams(nonsense=1)
     assert not os.path.exists(tmp_path / "store" / "intermediate_data"), "data was prepared despite a bad param"
 
 

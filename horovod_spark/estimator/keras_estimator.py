@@ -4,7 +4,7 @@ from pyspark import keyword_only
 from . import keras_io, keras_payload
 from .common.estimator import HorovodEstimator
 from .common.fit import FrameworkPlan
-from .common.params import _param, with_accessors
+from .common.params import _param, refuse_unknown_params, with_accessors
 from .keras_model import KerasModel
 
 
@@ -39,8 +39,9 @@ class KerasEstimator(HorovodEstimator):
                  batch_size=None, val_batch_size=None, epochs=None, train_steps_per_epoch=None,
                  validation_steps_per_epoch=None, shuffle=None, random_seed=None, gradient_compression=None,
                  backward_passes_per_step=None, store=None, run_id=None, callbacks=None, transformation_fn=None,
-                 verbose=None, use_gpu=None, data_module=None, custom_objects=None, checkpoint_callback=None):
+                 verbose=None, use_gpu=None, data_module=None, custom_objects=None, checkpoint_callback=None, **unknown):
         super().__init__()
+        refuse_unknown_params(type(self).__name__, unknown)
         self._setDefault(custom_objects={}, checkpoint_callback=None)
         self.setParams(**self._input_kwargs)
 
@@ -50,8 +51,9 @@ class KerasEstimator(HorovodEstimator):
                   batch_size=None, val_batch_size=None, epochs=None, train_steps_per_epoch=None,
                   validation_steps_per_epoch=None, shuffle=None, random_seed=None, gradient_compression=None,
                   backward_passes_per_step=None, store=None, run_id=None, callbacks=None, transformation_fn=None,
-                  verbose=None, use_gpu=None, data_module=None, custom_objects=None, checkpoint_callback=None):
+                  verbose=None, use_gpu=None, data_module=None, custom_objects=None, checkpoint_callback=None, **unknown):
         """Set the given params (keyword arguments only); None leaves a param as it is."""
+        refuse_unknown_params(type(self).__name__, unknown)
         return self._set(**{k: v for k, v in self._input_kwargs.items() if v is not None})
 
     # -- HorovodEstimator hooks --------------------------------------------------------------------

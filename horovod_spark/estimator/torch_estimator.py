@@ -6,6 +6,7 @@ from pyspark import keyword_only
 from . import torch_payload
 from .common.estimator import HorovodEstimator
 from .common.fit import FrameworkPlan
+from .common.params import refuse_unknown_params
 from .torch_model import TorchModel, copy_module
 
 
@@ -29,8 +30,9 @@ class TorchEstimator(HorovodEstimator):
                  batch_size=None, val_batch_size=None, epochs=None, train_steps_per_epoch=None,
                  validation_steps_per_epoch=None, shuffle=None, random_seed=None, gradient_compression=None,
                  backward_passes_per_step=None, store=None, run_id=None, callbacks=None, transformation_fn=None,
-                 verbose=None, use_gpu=None, data_module=None):
+                 verbose=None, use_gpu=None, data_module=None, **unknown):
         super().__init__()
+        refuse_unknown_params(type(self).__name__, unknown)
         self.setParams(**self._input_kwargs)
 
     @keyword_only
@@ -39,8 +41,9 @@ class TorchEstimator(HorovodEstimator):
                   batch_size=None, val_batch_size=None, epochs=None, train_steps_per_epoch=None,
                   validation_steps_per_epoch=None, shuffle=None, random_seed=None, gradient_compression=None,
                   backward_passes_per_step=None, store=None, run_id=None, callbacks=None, transformation_fn=None,
-                  verbose=None, use_gpu=None, data_module=None):
+                  verbose=None, use_gpu=None, data_module=None, **unknown):
         """Set the given params (keyword arguments only); None leaves a param as it is."""
+        refuse_unknown_params(type(self).__name__, unknown)
         return self._set(**{k: v for k, v in self._input_kwargs.items() if v is not None})
 
     # -- HorovodEstimator hooks --------------------------------------------------------------------

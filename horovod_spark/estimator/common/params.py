@@ -131,3 +131,32 @@ class ModelParams(ColumnParams):
         given = self.getOrDefault("output_cols")
         labels = self.getOrDefault("label_cols") or []
         return list(given) if given else ["%s__output" % c for c in labels]
+
+
+# Parameters of horovod.spark's estimators that this project does not have, and what to do
+# instead, so a ported script learns it from the error rather than from Python's bare
+# "unexpected keyword argument".
+HOROVOD_ONLY_PARAMS = {
+    "shuffle_buffer_size": "pass shuffle=<rows> (a shuffle buffer size in rows) or shuffle=True",
+    "backend": "ranks always run as one Spark barrier stage through horovod_spark.run; drop it",
+    "loss_weights": "several label columns' losses are summed; weight them inside your loss function",
+    "partitions_per_process": "the prepared data is split by rows among the ranks; drop it",
+    "reader_pool_type": "the Arrow reader needs no worker pool; drop it (data_module='petastorm' uses "
+                        "Petastorm's defaults)",
+    "train_reader_num_workers": "the Arrow reader reads ahead in one background thread; drop it",
+    "val_reader_num_workers": "the Arrow reader reads ahead in one background thread; drop it",
+    "inmemory_cache_all": "drop it (each epoch streams the prepared Parquet again)",
+    "train_minibatch_fn": "not supported; the training step is built in (callbacks see every batch)",
+    "loss_constructors": "pass loss= a function or a loss module instance",
+    "feature_columns": "it is feature_cols here",
+    "label_columns": "it is label_cols here",
+}
+
+
+def refuse_unknown_params(owner: str, unknown: dict) -> None:
+    """ValueError naming each keyword ``owner`` does not take, with the advice for Horovod's."""
+    if not unknown:
+        return
+    lines = ["%s=: %s" % (k, HOROVOD_ONLY_PARAMS.get(k, "not a parameter of %s" % owner)) for k in sorted(unknown)]
+    raise ValueError("%s does not take %s" % (owner, "; ".join(lines)))
+
