@@ -313,6 +313,22 @@ def test_pipeline_with_estimator_stage_save_and_load(spark, tmp_path):
                                np.array([r["label__output"] for r in pred.orderBy(*cols).collect()]), rtol=1e-6)
 
 
+def test_features_take_the_models_declared_input_shape(spark, class_df, tmp_path):
+    """As Horovod's KerasEstimator: a 4-value array column feeds a (2, 2, 1) image input with no
+    input_shapes given, in training and in transform."""
+    keras.utils.set_random_seed(0)
+    net = keras.Sequential([keras.Input((2, 2, 1)), keras.layers.Flatten(),
+                            keras.layers.Dense(CLASSES, activation="softmax")])
+    est = KerasEstimator(num_proc=NUM_PROC, model=net, optimizer=keras.optimizers.Adam(0.05),
+                         loss="sparse_categorical_crossentropy", feature_cols=["arr"], label_cols=["label"],
+                         batch_size=32, epochs=1, random_seed=3, store=Store.create(str(tmp_path / "store")),
+                         verbose=0)
+    model = est.fit(class_df)
+    assert model.getInputShapes() == [[2, 2, 1]]
+    rows = model.transform(class_df).select("label__output").collect()
+    assert len(rows) == class_df.count() and len(rows[0]["label__output"]) == CLASSES
+
+
 # -- checkpoints and resume ---------------------------------------------------------------------
 
 def test_resume_after_failure_in_epoch_two(spark, class_df, tmp_path, capsys):

@@ -12,6 +12,22 @@ from .common.rank_data import val_batches
 from .common.shapes import label_arrays, model_inputs
 
 
+def declared_input_shapes(model, count: int):
+    """Per-row shapes of the model's inputs when it declares them fully (``keras.Input((8, 8, 1))``)
+    for ``count`` feature columns, else None. Horovod's KerasEstimator reshapes each feature to its
+    input this way, so a 64-value vector column feeds an (8, 8, 1) image input without input_shapes."""
+    try:
+        inputs = list(model.inputs or [])
+    except (AttributeError, ValueError):  # a subclassed model that was never called
+        return None
+    if len(inputs) != count:
+        return None
+    shapes = [list(t.shape[1:]) for t in inputs]
+    if any(d is None for shape in shapes for d in shape):
+        return None
+    return shapes
+
+
 def keras_batch(batch: dict, spec, floatx: str) -> tuple:
     """(x, y) or (x, y, sample_weight); x and y are one array, or a tuple with one per column."""
     features = model_inputs([batch[c] for c in spec.feature_cols], spec.input_shapes)

@@ -77,6 +77,8 @@ class KerasEstimator(HorovodEstimator):
         args = keras_payload.compile_args(self, self.getOrDefault("model"))
         args.compile(model, args.build_optimizer())
         # Not _copyValues(): it would also copy the estimator's untrained `model` param.
+        from .keras_data import declared_input_shapes
+        input_shapes = cfg.input_shapes or declared_input_shapes(model, len(cfg.feature_cols))
         return KerasModel(model=model, feature_cols=cfg.feature_cols, label_cols=cfg.label_cols,
-                          input_shapes=cfg.input_shapes, history=result["history"],
+                          input_shapes=input_shapes, history=result["history"],
                           output_shapes=result["output_shapes"], run_id=run_id, custom_objects=custom_objects)

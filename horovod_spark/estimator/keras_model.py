@@ -46,6 +46,13 @@ class KerasModel(HorovodModel):
         model, custom_objects = keras_io.unbundle(data)
         self._set(model=model, custom_objects=custom_objects)
 
+    def _input_shapes(self):
+        # As Horovod's KerasModel: features take the model's declared input shapes unless set.
+        from .keras_data import declared_input_shapes
+        model = self.getOrDefault("model")
+        return self.getOrDefault("input_shapes") or (
+            None if model is None else declared_input_shapes(model, len(self.getOrDefault("feature_cols") or [])))
+
     def json_params(self):
         # custom_objects are classes and functions: they travel inside the model bytes instead.
         return {name: value for name, value in super().json_params().items() if name != "custom_objects"}

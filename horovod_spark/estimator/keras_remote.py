@@ -6,6 +6,7 @@ Resumption restores weights, optimizer variables and history exactly, and the re
 is a function of (seed, epoch); Keras layers' own random state (dropout) is not part of the
 checkpoint.
 """
+import dataclasses
 import os
 import pickle
 import tempfile
@@ -140,6 +141,10 @@ class _KerasTrainer:
     def _fit(self, estimator_callback):
         from . import keras_data
         hvd, spec = self.hvd, self.spec
+        if spec.input_shapes is None:
+            declared = keras_data.declared_input_shapes(self.model, len(spec.feature_cols))
+            if declared is not None:
+                spec = dataclasses.replace(spec, input_shapes=declared)
         floatx = self.keras.config.floatx()
         dataset, batches, first = keras_data.train_dataset(self.train_reader, spec, floatx, spec.start_epoch,
                                                            spec.epochs - spec.start_epoch)

@@ -89,7 +89,7 @@ class HorovodModel(Model, ModelParams, MLReadable, MLWritable):
         return_type = kinds[0] if len(kinds) == 1 else T.StructType(
             [T.StructField(name, kind, False) for name, kind in zip(outputs, kinds)])
         udf = inference.make_predict_udf(key, data, type(self)._loader, type(self)._predictor,
-                                         self.getOrDefault("input_shapes"), scalar, outputs, return_type)
+                                         self._input_shapes(), scalar, outputs, return_type)
         if len(outputs) == 1:
             return dataset.withColumn(outputs[0], udf(inputs))
         holder = "__horovod_spark_outputs_%s" % key[-8:]
@@ -107,10 +107,15 @@ class HorovodModel(Model, ModelParams, MLReadable, MLWritable):
         struct = table.column("x").combine_chunks()
         columns = [inference.column_to_numpy(a, f.name) for a, f in zip(struct.flatten(), struct.type)]
         model = inference.cached_model(key, data, type(self)._loader)
-        results = type(self)._predictor(model, model_inputs(columns, self.getOrDefault("input_shapes")))
+        results = type(self)._predictor(model, model_inputs(columns, self._input_shapes()))
         shapes = [per_row_shape(r) for r in results]
         self._set(output_shapes=shapes)
         return shapes
+
+    def _input_shapes(self):
+        """Per-row shapes the features take for the model (None: as stored). A framework may infer
+        them from the model where input_shapes is not set."""
+        return self.getOrDefault("input_shapes")
 
     # -- persistence ---------------------------------------------------------------------------------
     def write(self):
