@@ -32,8 +32,8 @@ def _reshape(values: np.ndarray, shape, param: str, index: int) -> np.ndarray:
         return values.reshape(shape)
     except ValueError:
         raise ValueError("%s[%d] = %s does not fit the column's rows of %d value(s) each: the per-row shape must "
-                         "hold exactly that many values" % (param, index, list(shape[1:]),
-                                                            int(np.prod(values.shape[1:])))) from None
+                         "hold exactly that many values (without input_shapes, a Keras model's declared input "
+                         "shapes are used)" % (param, index, list(shape[1:]), int(np.prod(values.shape[1:])))) from None
 
 
 def per_row_shape(values) -> List[int]:
