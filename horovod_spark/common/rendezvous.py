@@ -115,6 +115,11 @@ _WAIT_SLICE_S = 1.0
 _WAIT_NOTE_S = 30.0
 
 
+def _rank_key(rank: int) -> str:
+    """A rank's key in the init and exited scopes."""
+    return "rank.%d" % rank
+
+
 def exited_scope(run_scope: str) -> str:
     """Where a launcher notes ranks whose process ended: key ``rank.<n>``, value the exit code."""
     return run_scope + ".exited"
@@ -122,11 +127,12 @@ def exited_scope(run_scope: str) -> str:
 
 def note_rank_exit(store, run_scope: str, rank: int, returncode: int) -> None:
     """What a launcher calls (``store``: its KV server or a client) when rank ``rank`` ended."""
-    store.put(exited_scope(run_scope), "rank.%d" % rank, str(int(returncode)).encode())
+    store.put(exited_scope(run_scope), _rank_key(rank), str(int(returncode)).encode())
 
 
 def _wait_for_ranks(client, scope: str, run_scope: str, ident: Identity, timeout: float):
-    keys = ["rank.%d" % r for r in range(ident.size)]
+    keys = [_rank_key(r) for r in range(ident.size)]
+    exited = exited_scope(run_scope)
     start = time.monotonic()
     deadline, next_note = start + timeout, start + _WAIT_NOTE_S
     while True:
@@ -134,9 +140,9 @@ def _wait_for_ranks(client, scope: str, run_scope: str, ident: Identity, timeout
             return client.get_many(scope, keys, max(0.0, min(_WAIT_SLICE_S, deadline - time.monotonic())))
         except TimeoutError as exc:
             present = set(client.keys(scope))
-            missing = [r for r in range(ident.size) if "rank.%d" % r not in present]
-            gone = set(client.keys(exited_scope(run_scope))).intersection("rank.%d" % r for r in missing)
-            ended = {k: client.get(exited_scope(run_scope), k, 0.0) for k in gone}
+            missing = [r for r in range(ident.size) if _rank_key(r) not in present]
+            gone = set(client.keys(exited)).intersection(_rank_key(r) for r in missing)
+            ended = {k: client.get(exited, k, 0.0) for k in gone}
             if ended:
                 who = ", ".join("%s (exit code %s)" % (k.replace(".", " "), v.decode()) for k, v in sorted(ended.items()))
                 raise RuntimeError("hvd.init() on rank %d cannot complete: %s ended without calling hvd.init() "
@@ -169,11 +175,11 @@ def exchange_records(ident: Identity, mine: PeerRecord, generation: int, timeout
     scope = "%s.init.%d" % (run_scope, generation)
     client = KVClient.from_env(env)
     try:
-        client.put(scope, "rank.%d" % ident.rank, mine.encode())
+        client.put(scope, _rank_key(ident.rank), mine.encode())
         values = _wait_for_ranks(client, scope, run_scope, ident, timeout)
     finally:
         client.close()
-    records = [PeerRecord.decode(values["rank.%d" % r]) for r in range(ident.size)]
+    records = [PeerRecord.decode(values[_rank_key(r)]) for r in range(ident.size)]
     secret = bytes.fromhex(env["HOROVOD_SECRET_KEY"])
     token = hashlib.sha256(secret + scope.encode()).hexdigest()
     return records, token

@@ -1,6 +1,7 @@
 """BroadcastGlobalVariablesCallback: start every rank from the root's weights."""
 import keras
 
+from horovod_spark.tensorflow._gradients import LocalSources
 from horovod_spark.tensorflow.functions import broadcast_variables
 
 
@@ -26,14 +27,11 @@ class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
         self.root_rank = root_rank
         self.device = device
         self.broadcast_done = False
-        self._local_vars = []
-        for var in local_variables or []:
-            self.register_local_var(var)
+        self._local_vars = LocalSources(local_variables or ())
 
     def register_local_var(self, var):
         """Leave ``var`` out of the broadcast (it stays rank-local)."""
-        if not any(v is var for v in self._local_vars):
-            self._local_vars.append(var)
+        self._local_vars.add(var)
 
     def _broadcast(self):
         optimizer = getattr(self.model, "optimizer", None)
@@ -42,8 +40,7 @@ class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
         variables = list(self.model.variables)
         if optimizer is not None:
             variables += list(optimizer.variables)
-        local = {id(v) for v in self._local_vars}
-        variables = [v for v in variables if id(v) not in local and not _is_seed_state(v)]
+        variables = [v for v in variables if v not in self._local_vars and not _is_seed_state(v)]
         broadcast_variables(variables, self.root_rank)
         self.broadcast_done = True
 

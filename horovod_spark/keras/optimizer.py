@@ -13,7 +13,8 @@ import keras
 import tensorflow as tf
 
 from horovod_spark.common.process_sets import global_process_set
-from horovod_spark.tensorflow._gradients import ReduceSettings, local_layer_variables, reduce_gradients
+from horovod_spark.tensorflow._gradients import (LocalSources, ReduceSettings, local_layer_variables,
+                                                 reduce_gradients)
 from horovod_spark.tensorflow._op_args import Average
 from horovod_spark.tensorflow.compression import Compression
 
@@ -56,12 +57,11 @@ class _DistributedOptimizer:
     def register_local_var(self, var):
         """Keep ``var``'s gradient rank-local: it is not allreduced (only scaled by 1/size when
         ``scale_local_gradients``), as in Horovod."""
-        local = self.__dict__.get("_hvd_local_vars")
+        local = self.__dict__.get("_hvd_local")
         if local is None:
-            local = []
-            object.__setattr__(self, "_hvd_local_vars", local)
-        if not any(v is var for v in local):
-            local.append(var)
+            local = LocalSources()
+            object.__setattr__(self, "_hvd_local", local)
+        local.add(var)
 
     def _hvd_variables(self, trainable_variables, count):
         if trainable_variables is not None:
@@ -70,11 +70,8 @@ class _DistributedOptimizer:
         return list(known) if known is not None and len(known) == count else None
 
     def _hvd_reduce(self, grads, variables):
-        local_vars = self.__dict__.get("_hvd_local_vars")
-        local = frozenset()
-        if local_vars and variables is not None:
-            ids = {id(v) for v in local_vars}
-            local = frozenset(i for i, v in enumerate(variables) if id(v) in ids)
+        local = self.__dict__.get("_hvd_local")
+        local = local.indices(variables) if local is not None else frozenset()
         return reduce_gradients(grads, self._hvd_settings.reduce, self._hvd_prefix(), variables, local)
 
     def apply(self, grads, trainable_variables=None):

@@ -63,6 +63,30 @@ def variable_label(variable):
     return ""
 
 
+class LocalSources:
+    """Variables whose gradients stay rank-local, by identity; holding them keeps their ids
+    meaningful. Shared by the tape, the Keras optimizer and the broadcast callback."""
+
+    def __init__(self, variables=()):
+        self._vars, self._ids = [], set()
+        for var in variables:
+            self.add(var)
+
+    def add(self, var) -> None:
+        if id(var) not in self._ids:
+            self._ids.add(id(var))
+            self._vars.append(var)
+
+    def __contains__(self, var) -> bool:
+        return id(var) in self._ids
+
+    def indices(self, variables) -> frozenset:
+        """Positions in ``variables`` of the local ones."""
+        if not self._ids or variables is None:
+            return frozenset()
+        return frozenset(i for i, v in enumerate(variables) if id(v) in self._ids)
+
+
 def local_layer_variables(local_layers):
     """The trainable variables of ``local_layers`` (None, a Keras layer, or a list of them): what
     the Partial* wrappers keep rank-local."""

@@ -2,7 +2,8 @@
 import tensorflow as tf
 
 from horovod_spark.common.process_sets import global_process_set
-from horovod_spark.tensorflow._gradients import ReduceSettings, local_layer_variables, reduce_gradients
+from horovod_spark.tensorflow._gradients import (LocalSources, ReduceSettings, local_layer_variables,
+                                                 reduce_gradients)
 from horovod_spark.tensorflow._op_args import Average
 from horovod_spark.tensorflow.compression import Compression
 
@@ -20,7 +21,7 @@ class _DistributedTape:
                                  unconnected_gradients=unconnected_gradients)
         flat_sources = tf.nest.flatten(sources)
         flat_grads = tf.nest.flatten(grads)
-        local = {i for i, s in enumerate(flat_sources) if id(s) in self._hvd_local_ids}
+        local = self._hvd_local.indices(flat_sources)
         reduced = reduce_gradients(flat_grads, self._hvd_settings, _PREFIX, flat_sources, local,
                                    label_names=not use_generic_names)
         return tf.nest.pack_sequence_as(grads, reduced)
@@ -28,8 +29,7 @@ class _DistributedTape:
     def register_local_source(self, source):
         """Keep ``source``'s gradient rank-local: it is not allreduced (only scaled by 1/size when
         ``scale_local_gradients``)."""
-        self._hvd_local_ids.add(id(source))
-        self._hvd_local_refs.append(source)  # an id is only meaningful while the object lives
+        self._hvd_local.add(source)
 
 
 _classes = {}
@@ -68,8 +68,7 @@ def DistributedGradientTape(gradtape, device_dense="", device_sparse="", compres
                                         gradient_predivide_factor=gradient_predivide_factor,
                                         num_groups=num_groups, groups=groups, process_set=process_set,
                                         scale_local_gradients=scale_local_gradients)
-    tape._hvd_local_ids = set()
-    tape._hvd_local_refs = []
+    tape._hvd_local = LocalSources()
     return tape
 
 
