@@ -269,3 +269,18 @@ def test_shuffle_buffer_batches_own_their_memory_and_reset_clears_a_partial_batc
     assert buffer.pending_rows == 0
     out = list(buffer.add({"x": np.zeros((20, 2), dtype=np.float32)})) + list(buffer.drain())
     assert [len(b["x"]) for b in out] == [5, 5, 5, 5] and buffer.pending_rows == 0
+
+
+def test_background_iterator_hands_bursts_over_item_by_item():
+    from horovod_spark.data.prefetch import BackgroundIterator, Burst
+
+    def produce():
+        yield Burst([1, 2])
+        yield Burst()  # an empty burst is skipped, not taken for the end
+        yield 3
+        yield Burst([4])
+
+    seen = []
+    items = BackgroundIterator(produce, 1, name="hs-reader-test", on_item=lambda item, *_: seen.append(item))
+    assert list(items) == [1, 2, 3, 4] and seen == [1, 2, 3, 4]
+    assert not items.alive

@@ -276,3 +276,27 @@ def test_prepared_columns_are_written_without_dictionary_pages(spark, store):
         column = meta.row_group(0).column(i)
         assert not column.has_dictionary_page and not any("DICTIONARY" in e for e in column.encodings), \
             (column.path_in_schema, column.encodings)
+
+
+@pytest.mark.parametrize("compression", ["snappy", "none"])
+def test_spark_written_arrays_take_the_fixed_width_fast_path(spark, store, compression):
+    # Spark's own Parquet writer (parquet-mr) is what the readers meet in practice: its vector and
+    # array columns must decode through the fast path, to the values pyarrow decodes.
+    from horovod_spark.data.arrow_reader import table_to_numpy
+    from horovod_spark.data.fixed_width_lists import ListColumnPlan, read_list_column
+    df = spark.range(6000, numPartitions=2).select(
+        array_to_vector(F.array(*[(F.col("id") * 0.5 + i).cast("double") for i in range(64)])).alias("vec"),
+        F.array(*[(F.col("id") + i).cast("double") for i in range(100)]).alias("doubles"),
+        F.array(*[(F.col("id") % 7 + i).cast("int") for i in range(3)]).alias("ints"), F.col("id"))
+    prepared = prepare_data(store, df, ["vec", "doubles", "ints"], ["id"], num_proc=2, row_group_bytes=512 * 1024,
+                            compression=compression)
+    units = [u for f in ds.dataset(prepared.train_path, format="parquet").get_fragments()
+             for u in f.split_by_row_group()]
+    assert len(units) > 2
+    for unit in units:
+        for name, dtype in [("vec", np.float32), ("doubles", np.float64), ("ints", np.int32)]:
+            plan = ListColumnPlan.of(unit.metadata, unit.physical_schema, name)
+            fast = read_list_column(unit, plan) if plan is not None else None
+            assert fast is not None, (name, compression)
+            assert fast.dtype == dtype
+            np.testing.assert_array_equal(fast, table_to_numpy(unit.to_table(columns=[name]), [name])[name])

@@ -8,7 +8,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.dataset as ds
 
-from horovod_spark.data.prefetch import BackgroundIterator
+from horovod_spark.data.fixed_width_lists import ListColumnPlan, read_list_column
+from horovod_spark.data.prefetch import BackgroundIterator, Burst
 from horovod_spark.data.reader import Reader, ReaderStats
 from horovod_spark.data.sharding import Slice, default_steps_per_epoch, epoch_order, epoch_plan
 from horovod_spark.data.shuffle_buffer import Rebatcher, ShuffleBuffer, chunk_rows
@@ -28,7 +29,8 @@ class ArrowReader(Reader):
     keeps file order (for evaluation).
 
     Row groups are read by ``read_threads`` threads, in order, a few ahead; batches are assembled
-    (and ``transformation_fn`` applied) in a background thread up to ``prefetch_batches`` ahead.
+    (and ``transformation_fn`` applied) in a background thread, at least ``prefetch_batches``
+    ahead, handed over a chunk (row group) of batches at a time.
     A training loop should keep one ``iter_batches(start_epoch, num_epochs)`` iterator open and
     take ``steps_per_epoch`` batches per epoch: read-ahead then runs across epoch boundaries,
     where ``iter_epoch`` starts each epoch cold.
@@ -50,6 +52,7 @@ class ArrowReader(Reader):
         self.prefetch_batches, self.read_threads = prefetch_batches, read_threads
         self.stats = ReaderStats()
         self._spare_buffers: List[ShuffleBuffer] = []
+        self._list_plans: Dict[tuple, Optional[ListColumnPlan]] = {}
 
         dataset = ds.dataset(store.fs_path(path), filesystem=store.filesystem(), format="parquet")
         self.columns: List[str] = list(columns) if columns is not None else list(dataset.schema.names)
@@ -84,8 +87,11 @@ class ArrowReader(Reader):
 
         batch_size = self.batch_size
         stats = self.stats
+        # The queue holds bursts (a chunk's batches each), so prefetch_batches becomes whole bursts.
+        per_burst = max(1, min(self._unit_rows) // batch_size)
+        bursts = max(1, -(-self.prefetch_batches // per_burst))
         return BackgroundIterator(
-            produce, self.prefetch_batches, name="hs-reader-%d-rank%d" % (next(_iterator_ids), self.rank),
+            produce, bursts, name="hs-reader-%d-rank%d" % (next(_iterator_ids), self.rank),
             on_item=lambda item, waited, asked_at: stats.record(batch_size, waited, asked_at))
 
     # -- producer side (runs in the background thread) ---------------------------------------
@@ -125,9 +131,22 @@ class ArrowReader(Reader):
         if buffer is not None:
             buffer.reset(np.random.default_rng([self.seed, epoch, self.rank]))
         batcher = buffer if buffer is not None else Rebatcher(self.batch_size)
-        batches = itertools.chain.from_iterable(batcher.add(chunk) for chunk in self._read(plan, pool))
-        yield from map(self._finish, itertools.chain(batches, batcher.drain()))
+        # One burst per chunk: the consumer takes a row group's batches in one hand-over.
+        for chunk in self._read(plan, pool):
+            yield from self._burst(batcher.add(chunk))
+        yield from self._burst(batcher.drain())
         assert batcher.pending_rows == 0, "epoch plan rows must be a multiple of batch_size"
+
+    def _burst(self, batches: Iterator[dict]) -> Iterator[Burst]:
+        burst = Burst()
+        try:
+            for batch in batches:
+                burst.append(self._finish(batch))
+        except Exception:
+            if burst:  # the batches finished before a failing transformation_fn still arrive first
+                yield burst
+            raise
+        yield burst
 
     def _finish(self, batch: dict):
         return self.transformation_fn(batch) if self.transformation_fn is not None else batch
@@ -168,7 +187,25 @@ class ArrowReader(Reader):
 
     def _read_unit(self, unit: int) -> dict:
         # A row group is the smallest unit Parquet decodes, so it is read whole and sliced after.
-        return table_to_numpy(self._units[unit].to_table(columns=self.columns, use_threads=False), self.columns)
+        fragment = self._units[unit]
+        out = {}
+        for name in self.columns:
+            plan = self._list_plan(fragment, name)
+            values = read_list_column(fragment, plan) if plan is not None else None
+            if values is not None:
+                out[name] = values
+        rest = [name for name in self.columns if name not in out]
+        if rest:
+            out.update(table_to_numpy(fragment.to_table(columns=rest, use_threads=False), rest))
+        return {name: out[name] for name in self.columns}
+
+    def _list_plan(self, fragment, name: str) -> Optional[ListColumnPlan]:
+        """The fixed-width list fast path's plan for ``name`` in ``fragment``'s file (None: pyarrow
+        decodes it), worked out once per file."""
+        key = (fragment.path, name)
+        if key not in self._list_plans:  # a race only computes the same plan twice
+            self._list_plans[key] = ListColumnPlan.of(fragment.metadata, fragment.physical_schema, name)
+        return self._list_plans[key]
 
 
 def table_to_numpy(table: pa.Table, columns: Sequence[str]) -> dict:

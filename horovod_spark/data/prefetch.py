@@ -3,6 +3,10 @@
 The thread never holds a reference to the consumer-side object, so dropping the iterator (or
 calling close()) stops it; an exception in the producer is re-raised in the consumer, with the
 producer's traceback.
+
+A producer may yield a ``Burst`` (a list) of items; the consumer still receives them one at a
+time, but the hand-over (a lock, and a thread wake-up whenever the consumer is ahead) happens once
+per burst. A reader that cuts a decoded row group into a hundred batches hands them over as one.
 """
 import queue
 import threading
@@ -13,6 +17,10 @@ from typing import Callable, Iterator, Optional
 _END = object()
 _POLL_SECONDS = 0.05
 _JOIN_SECONDS = 30.0
+
+
+class Burst(list):
+    """Items produced together, handed to the consumer in one queue operation."""
 
 
 class _Failure:
@@ -68,6 +76,7 @@ class BackgroundIterator:
         self._stop = threading.Event()
         self._on_item = on_item
         self._done = False
+        self._burst = iter(())
         self._thread = threading.Thread(target=_run, args=(produce, self._items, self._stop), name=name, daemon=True)
         self._finalize = weakref.finalize(self, _shutdown, self._stop, self._items, self._thread)
         self._thread.start()
@@ -79,7 +88,13 @@ class BackgroundIterator:
         if self._done:
             raise StopIteration
         start = time.perf_counter()
-        item = self._items.get()
+        item = next(self._burst, _END)
+        while item is _END:  # also skips an empty burst
+            item = self._items.get()
+            if type(item) is not Burst:
+                break
+            self._burst = iter(item)
+            item = next(self._burst, _END)
         if item is _END:
             self.close()
             raise StopIteration
