@@ -74,17 +74,17 @@ class ShuffleBuffer:
         start, m = 0, len(slots)
         if self._pending_rows:
             start = min(size - self._pending_rows, m)
-            self._pending.append({name: values[slots[:start]] for name, values in pool.items()})
+            self._pending.append({name: _gather(values, slots[:start]) for name, values in pool.items()})
             self._pending_rows += start
             if self._pending_rows == size:
                 pieces, self._pending, self._pending_rows = self._pending, [], 0
                 yield {name: np.concatenate([p[name] for p in pieces]) for name in pool}
         while m - start >= size:
             index = slots[start:start + size]
-            yield {name: values[index] for name, values in pool.items()}
+            yield {name: _gather(values, index) for name, values in pool.items()}
             start += size
         if start < m:
-            self._pending.append({name: values[slots[start:]] for name, values in pool.items()})
+            self._pending.append({name: _gather(values, slots[start:]) for name, values in pool.items()})
             self._pending_rows += m - start
 
     def _store(self, chunk: Chunk, start: int, stop: int) -> None:
@@ -95,6 +95,12 @@ class ShuffleBuffer:
         for name, values in self._pool.items():
             values[self._fill:self._fill + count] = chunk[name][start:stop]
         self._fill += count
+
+
+def _gather(values: np.ndarray, index: np.ndarray) -> np.ndarray:
+    # np.take copies whole rows faster than fancy indexing (1.8 against 2.9 us for 256 rows of 64
+    # floats); for 1-D columns fancy indexing is the faster one (0.3 against 0.9 us).
+    return np.take(values, index, axis=0) if values.ndim > 1 else values[index]
 
 
 class Rebatcher:
