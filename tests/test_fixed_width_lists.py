@@ -208,3 +208,20 @@ def test_page_headers_parse_and_garbage_is_refused(tmp_path):
             pass
     with pytest.raises(ThriftError):
         read_struct(raw[:5])
+
+
+def test_fast_path_reads_through_a_non_local_filesystem():
+    # fsspec stores (s3, gcs, abfs, ...) reach the fast path through pyarrow's file API, not os.preadv.
+    import uuid
+    pytest.importorskip("fsspec")
+    store = Store.create("memory://fwl-%s/store" % uuid.uuid4().hex[:8])
+    values = np.random.default_rng(2).random((600, 8), dtype=np.float32)
+    path = store.fs_path("data")
+    store.filesystem().create_dir(path)
+    pq.write_table(_list_table(values), path + "/a.parquet", filesystem=store.filesystem(), use_dictionary=False,
+                   row_group_size=200)
+    units = [u for f in ds.dataset(path, filesystem=store.filesystem(), format="parquet").get_fragments()
+             for u in f.split_by_row_group()]
+    assert len(units) == 3 and all(_fast(u) is not None for u in units)
+    reader = make_reader("arrow", store=store, path="data", batch_size=100, shuffle=False)
+    np.testing.assert_array_equal(np.concatenate([b["features"] for b in reader.iter_epoch(0)]), values)
