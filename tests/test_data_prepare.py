@@ -279,11 +279,11 @@ def test_prepared_columns_are_written_without_dictionary_pages(spark, store):
 
 
 @pytest.mark.parametrize("compression", ["snappy", "none"])
-def test_spark_written_arrays_take_the_fixed_width_fast_path(spark, store, compression):
+def test_spark_written_arrays_and_numbers_take_the_fixed_width_fast_path(spark, store, compression):
     # Spark's own Parquet writer (parquet-mr) is what the readers meet in practice: its vector and
     # array columns must decode through the fast path, to the values pyarrow decodes.
     from horovod_spark.data.arrow_reader import table_to_numpy
-    from horovod_spark.data.fixed_width_lists import ListColumnPlan, read_list_column
+    from horovod_spark.data.fixed_width_columns import ColumnPlan, read_column
     df = spark.range(6000, numPartitions=2).select(
         array_to_vector(F.array(*[(F.col("id") * 0.5 + i).cast("double") for i in range(64)])).alias("vec"),
         F.array(*[(F.col("id") + i).cast("double") for i in range(100)]).alias("doubles"),
@@ -294,9 +294,9 @@ def test_spark_written_arrays_take_the_fixed_width_fast_path(spark, store, compr
              for u in f.split_by_row_group()]
     assert len(units) > 2
     for unit in units:
-        for name, dtype in [("vec", np.float32), ("doubles", np.float64), ("ints", np.int32)]:
-            plan = ListColumnPlan.of(unit.metadata, unit.physical_schema, name)
-            fast = read_list_column(unit, plan) if plan is not None else None
+        for name, dtype in [("vec", np.float32), ("doubles", np.float64), ("ints", np.int32), ("id", np.int64)]:
+            plan = ColumnPlan.of(unit.metadata, unit.physical_schema, name)
+            fast = read_column(unit, plan) if plan is not None else None
             assert fast is not None, (name, compression)
             assert fast.dtype == dtype
             np.testing.assert_array_equal(fast, table_to_numpy(unit.to_table(columns=[name]), [name])[name])

@@ -8,7 +8,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.dataset as ds
 
-from horovod_spark.data.fixed_width_lists import ListColumnPlan, read_list_column
+from horovod_spark.data.fixed_width_columns import ColumnPlan, read_column
 from horovod_spark.data.prefetch import BackgroundIterator, Burst
 from horovod_spark.data.reader import Reader, ReaderStats
 from horovod_spark.data.sharding import Slice, default_steps_per_epoch, epoch_order, epoch_plan
@@ -52,7 +52,7 @@ class ArrowReader(Reader):
         self.prefetch_batches, self.read_threads = prefetch_batches, read_threads
         self.stats = ReaderStats()
         self._spare_buffers: List[ShuffleBuffer] = []
-        self._list_plans: Dict[tuple, Optional[ListColumnPlan]] = {}
+        self._column_plans: Dict[tuple, Optional[ColumnPlan]] = {}
 
         dataset = ds.dataset(store.fs_path(path), filesystem=store.filesystem(), format="parquet")
         self.columns: List[str] = list(columns) if columns is not None else list(dataset.schema.names)
@@ -190,8 +190,8 @@ class ArrowReader(Reader):
         fragment = self._units[unit]
         out = {}
         for name in self.columns:
-            plan = self._list_plan(fragment, name)
-            values = read_list_column(fragment, plan) if plan is not None else None
+            plan = self._column_plan(fragment, name)
+            values = read_column(fragment, plan) if plan is not None else None
             if values is not None:
                 out[name] = values
         rest = [name for name in self.columns if name not in out]
@@ -199,13 +199,13 @@ class ArrowReader(Reader):
             out.update(table_to_numpy(fragment.to_table(columns=rest, use_threads=False), rest))
         return {name: out[name] for name in self.columns}
 
-    def _list_plan(self, fragment, name: str) -> Optional[ListColumnPlan]:
-        """The fixed-width list fast path's plan for ``name`` in ``fragment``'s file (None: pyarrow
+    def _column_plan(self, fragment, name: str) -> Optional[ColumnPlan]:
+        """The fixed-width fast path's plan for ``name`` in ``fragment``'s file (None: pyarrow
         decodes it), worked out once per file."""
         key = (fragment.path, name)
-        if key not in self._list_plans:  # a race only computes the same plan twice
-            self._list_plans[key] = ListColumnPlan.of(fragment.metadata, fragment.physical_schema, name)
-        return self._list_plans[key]
+        if key not in self._column_plans:  # a race only computes the same plan twice
+            self._column_plans[key] = ColumnPlan.of(fragment.metadata, fragment.physical_schema, name)
+        return self._column_plans[key]
 
 
 def table_to_numpy(table: pa.Table, columns: Sequence[str]) -> dict:

@@ -1,16 +1,18 @@
-"""A fast path for the one column shape prepare_data writes most: fixed-length numeric arrays.
+"""A fast path for the columns prepare_data writes: fixed-length numeric arrays, and numbers.
 
 A vector feature becomes a Parquet list column. pyarrow decodes a list by expanding every value's
 repetition and definition levels into offsets and validity bitmaps: for 64-float rows that is most
 of a reader's time (pyarrow 14, the older stack's: 0.55 s per million rows on one core; pyarrow
-26: 0.15 s), while the values themselves sit in the pages as one plain, contiguous run.
+26: 0.15 s), while the values themselves sit in the pages as one plain, contiguous run. For a
+small scalar column (a label) pyarrow's cost is mostly setting up a scan, per row group.
 
 This module reads such a column chunk's pages itself: it decodes each page header (Thrift),
 decompresses the page with pyarrow's codec, proves from the levels that every row holds exactly
-``width`` present values, and copies the values straight into a (rows, width) array. It returns
-None for anything else (dictionary or non-plain encodings, nulls, rows of different lengths,
-codecs it does not know, page layouts it does not recognise), and the caller then reads the row
-group with pyarrow as before, so results and error messages never depend on which path ran.
+``width`` present values (a scalar: one, and no nulls), and copies the values straight into a
+(rows, width) or (rows,) array. It returns None for anything else (dictionary or non-plain
+encodings, nulls, rows of different lengths, codecs it does not know, logical types that change
+the values, page layouts it does not recognise), and the caller then reads the row group with
+pyarrow as before, so results and error messages never depend on which path ran.
 """
 import os
 import struct
@@ -33,34 +35,36 @@ _MAX_DECODED_RUNS = 4096
 _scratch = threading.local()  # per reading thread: the buffer _read_range reuses
 
 
-class ListColumnPlan:
-    """What a file's list column ``name`` needs for the fast path, or None when it cannot take it."""
+class ColumnPlan:
+    """What a file's column ``name`` needs for the fast path, or None when it cannot take it."""
 
-    __slots__ = ("index", "dtype", "max_def")
+    __slots__ = ("index", "dtype", "max_def", "is_list")
 
-    def __init__(self, index: int, dtype, max_def: int):
-        self.index, self.dtype, self.max_def = index, np.dtype(dtype), max_def
+    def __init__(self, index: int, dtype, max_def: int, is_list: bool):
+        self.index, self.dtype, self.max_def, self.is_list = index, np.dtype(dtype), max_def, is_list
 
     @classmethod
-    def of(cls, metadata, arrow_schema: pa.Schema, name: str) -> Optional["ListColumnPlan"]:
+    def of(cls, metadata, arrow_schema: pa.Schema, name: str) -> Optional["ColumnPlan"]:
         if arrow_schema.get_field_index(name) < 0:
             return None
         arrow_type = arrow_schema.field(name).type
-        if not (pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type)):
-            return None
+        is_list = pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type)
         leaves = [i for i in range(metadata.num_columns) if metadata.schema.column(i).path.split(".")[0] == name]
         if len(leaves) != 1:
             return None
         column = metadata.schema.column(leaves[0])
         dtype = _NUMPY_OF_PHYSICAL.get(column.physical_type)
-        # The logical type must not change the values' width (an INT32 annotated INT_8 is int8 to pyarrow).
-        if column.max_repetition_level != 1 or dtype is None or arrow_type.value_type != pa.from_numpy_dtype(dtype):
+        # The logical type must not change the values (an INT32 annotated INT_8 is int8 to pyarrow,
+        # one annotated DATE a date32).
+        value_type = arrow_type.value_type if is_list else arrow_type
+        if dtype is None or column.max_repetition_level != int(is_list) or value_type != pa.from_numpy_dtype(dtype):
             return None
-        return cls(leaves[0], dtype, column.max_definition_level)
+        return cls(leaves[0], dtype, column.max_definition_level, is_list)
 
 
-def read_list_column(fragment, plan: ListColumnPlan) -> Optional[np.ndarray]:
-    """The (rows, width) values of ``plan``'s column in ``fragment``'s single row group, or None."""
+def read_column(fragment, plan: ColumnPlan) -> Optional[np.ndarray]:
+    """``plan``'s column in ``fragment``'s single row group: (rows, width) values of a list
+    column, (rows,) of a scalar one; or None."""
     (row_group,) = fragment.row_groups
     meta = fragment.metadata.row_group(row_group.id)
     chunk = meta.column(plan.index)
@@ -70,12 +74,12 @@ def read_list_column(fragment, plan: ListColumnPlan) -> Optional[np.ndarray]:
     if not set(chunk.encodings) <= {"PLAIN", "RLE", "BIT_PACKED"}:
         return None
     rows, slots = meta.num_rows, chunk.num_values
-    if rows <= 0 or slots % rows:
+    if rows <= 0 or slots % rows or (not plan.is_list and slots != rows):
         return None
     width = slots // rows
     raw = _read_range(fragment.filesystem, fragment.path, chunk.data_page_offset, chunk.total_compressed_size)
     codec = pa.Codec(_CODECS[codec_name]) if codec_name != "UNCOMPRESSED" else None
-    out = np.empty((rows, width), dtype=plan.dtype)
+    out = np.empty((rows, width) if plan.is_list else (rows,), dtype=plan.dtype)
     try:
         filled = _copy_pages(raw, codec, plan, width, out.reshape(-1))
     except (ThriftError, struct.error, pa.ArrowException, IndexError):
@@ -104,7 +108,7 @@ def _read_range(filesystem, path: str, offset: int, size: int) -> memoryview:
     return view
 
 
-def _copy_pages(view, codec, plan: ListColumnPlan, width: int, flat: np.ndarray) -> Optional[int]:
+def _copy_pages(view, codec, plan: ColumnPlan, width: int, flat: np.ndarray) -> Optional[int]:
     """Copy every data page's values into ``flat``; the number of values, or None on anything
     unexpected."""
     pos, filled, itemsize = 0, 0, plan.dtype.itemsize
@@ -117,12 +121,15 @@ def _copy_pages(view, codec, plan: ListColumnPlan, width: int, flat: np.ndarray)
         if kind == _DATA_PAGE:
             page = header.get(5, {})
             count = page.get(1, -1)
-            if page.get(2) != _PLAIN or page.get(4) != _RLE:
+            # Levels that exist must be RLE: only that encoding has the length prefix skipped below.
+            if (page.get(2) != _PLAIN or (plan.is_list and page.get(4) != _RLE)
+                    or (plan.max_def > 0 and page.get(3) != _RLE)):
                 return None
             data = _decompress(view, body, stored_size, plain_size, codec)
-            off = 4
-            rep = data[off:off + struct.unpack_from("<I", data, 0)[0]]
-            off += len(rep)
+            off, rep = 0, None
+            if plan.is_list:
+                rep = data[4:4 + struct.unpack_from("<I", data, 0)[0]]
+                off = 4 + len(rep)
             if plan.max_def > 0:
                 off += 4 + struct.unpack_from("<I", data, off)[0]
             values = data[off:]
@@ -139,7 +146,9 @@ def _copy_pages(view, codec, plan: ListColumnPlan, width: int, flat: np.ndarray)
             return None
         # Every level slot holding a value means no null list, no empty list, no null element.
         # (A page may start or end inside a row: some writers split pages anywhere.)
-        if count < 0 or len(values) != count * itemsize or not levels_are_fixed_width(rep, count, width, filled):
+        if count < 0 or len(values) != count * itemsize:
+            return None
+        if plan.is_list and not levels_are_fixed_width(rep, count, width, filled):
             return None
         flat[filled:filled + count] = np.frombuffer(values, dtype=plan.dtype)
         filled += count

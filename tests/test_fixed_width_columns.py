@@ -1,5 +1,6 @@
-"""The fixed-width list fast path against pyarrow's own decoding of the same Parquet files:
-identical arrays where it applies, a refusal (and pyarrow's path, with its errors) where not."""
+"""The fixed-width column fast path (arrays and numbers) against pyarrow's own decoding of the same
+Parquet files: identical arrays where it applies, a refusal (and pyarrow's path, with its errors)
+where not."""
 import os
 
 import numpy as np
@@ -10,7 +11,7 @@ import pytest
 
 from horovod_spark.data import make_reader
 from horovod_spark.data.arrow_reader import table_to_numpy
-from horovod_spark.data.fixed_width_lists import ListColumnPlan, levels_are_fixed_width, read_list_column
+from horovod_spark.data.fixed_width_columns import ColumnPlan, levels_are_fixed_width, read_column
 from horovod_spark.data.thrift_compact import ThriftError, read_struct
 from horovod_spark.store import Store
 
@@ -24,8 +25,8 @@ def _units(path):
 
 
 def _fast(unit, name="features"):
-    plan = ListColumnPlan.of(unit.metadata, unit.physical_schema, name)
-    return read_list_column(unit, plan) if plan is not None else None
+    plan = ColumnPlan.of(unit.metadata, unit.physical_schema, name)
+    return read_column(unit, plan) if plan is not None else None
 
 
 def _fast_and_expected(path, name="features"):
@@ -101,13 +102,46 @@ def test_declines_encodings_and_types_it_does_not_decode(tmp_path, case, kwargs,
         assert expected.shape == (100, 4)
 
 
-def test_scalar_and_nested_columns_get_no_plan(tmp_path):
-    table = pa.table({"x": np.arange(10.0), "nested": pa.array([[[1.0], [2.0]]] * 10, pa.list_(pa.list_(pa.float32())))})
+def test_nested_and_missing_columns_get_no_plan(tmp_path):
+    table = pa.table({"nested": pa.array([[[1.0], [2.0]]] * 10, pa.list_(pa.list_(pa.float32()))),
+                      "struct": pa.array([{"a": 1.0}] * 10)})
     pq.write_table(table, str(tmp_path / "a.parquet"))
     unit = _units(str(tmp_path))[0]
-    assert ListColumnPlan.of(unit.metadata, unit.physical_schema, "x") is None
-    assert ListColumnPlan.of(unit.metadata, unit.physical_schema, "nested") is None
-    assert ListColumnPlan.of(unit.metadata, unit.physical_schema, "missing") is None
+    for name in ("nested", "struct", "missing"):
+        assert ColumnPlan.of(unit.metadata, unit.physical_schema, name) is None, name
+
+
+@pytest.mark.parametrize("compression", ["snappy", "none"])
+@pytest.mark.parametrize("page_version", ["1.0", "2.0"])
+def test_scalar_columns_match_pyarrow(tmp_path, compression, page_version):
+    rng = np.random.default_rng(3)
+    table = pa.table({"f32": rng.random(5000, dtype=np.float32), "f64": rng.random(5000),
+                      "i32": rng.integers(-9, 9, 5000).astype(np.int32), "i64": rng.integers(0, 2**40, 5000)})
+    pq.write_table(table, str(tmp_path / "a.parquet"), compression=compression, use_dictionary=False,
+                   data_page_version=page_version, data_page_size=4096, row_group_size=2000)
+    for name in table.column_names:
+        results = _fast_and_expected(str(tmp_path), name)
+        assert len(results) == 3
+        for fast, expected in results:
+            assert fast is not None and fast.shape == expected.shape == (len(expected),), name
+            assert fast.dtype == expected.dtype and fast.flags.writeable
+            np.testing.assert_array_equal(fast, expected)
+
+
+def test_scalar_columns_it_does_not_decode(tmp_path):
+    import datetime
+    table = pa.table({
+        "with_nulls": pa.array([1.0, None] * 50),
+        "int8": pa.array(np.arange(100, dtype=np.int8)),
+        "date": pa.array([datetime.date(2026, 1, 1)] * 100),
+        "flag": pa.array([True, False] * 50),
+        "text": pa.array(["a"] * 100),
+    })
+    pq.write_table(table, str(tmp_path / "a.parquet"), use_dictionary=False)
+    unit = _units(str(tmp_path))[0]
+    assert _fast(unit, "with_nulls") is None  # a plan, but the values do not fill the slots
+    for name in ("int8", "date", "flag", "text"):
+        assert ColumnPlan.of(unit.metadata, unit.physical_schema, name) is None, name
 
 
 def test_reader_gives_the_same_batches_and_errors_on_either_path(tmp_path):
