@@ -1,7 +1,7 @@
 """Just enough of Thrift's compact protocol to read Parquet page headers.
 
 pyarrow reads Parquet metadata but gives Python no access to pages; the fixed-width list fast path
-(fixed_width_lists.py) walks a column chunk's pages itself, so it decodes each page's header, a
+(fixed_width_columns.py) walks a column chunk's pages itself, so it decodes each page's header, a
 Thrift struct, here. Structs come back as {field id: value}; nested structs as dicts, lists as
 Python lists, binary as bytes. Anything malformed raises ThriftError, which the caller treats as
 "not a layout I know" and hands the row group to pyarrow.
