@@ -115,9 +115,10 @@ def _copy_pages(view, codec, plan: ColumnPlan, width: int, flat: np.ndarray) -> 
     while pos < len(view):
         header, body = read_struct(view, pos)
         kind, plain_size, stored_size = header.get(1), header.get(2), header.get(3)
-        end = body + stored_size
-        if end > len(view) or plain_size is None:
+        if not (isinstance(plain_size, int) and isinstance(stored_size, int) and plain_size >= 0
+                and 0 <= stored_size <= len(view) - body):
             return None
+        end = body + stored_size
         if kind == _DATA_PAGE:
             page = header.get(5, {})
             count = page.get(1, -1)
@@ -146,7 +147,7 @@ def _copy_pages(view, codec, plan: ColumnPlan, width: int, flat: np.ndarray) -> 
             return None
         # Every level slot holding a value means no null list, no empty list, no null element.
         # (A page may start or end inside a row: some writers split pages anywhere.)
-        if count < 0 or len(values) != count * itemsize:
+        if count < 0 or filled + count > len(flat) or len(values) != count * itemsize:
             return None
         if plan.is_list and not levels_are_fixed_width(rep, count, width, filled):
             return None
