@@ -30,7 +30,7 @@ class ArrowReader(Reader):
 
     Row groups are read by ``read_threads`` threads, in order, a few ahead; batches are assembled
     (and ``transformation_fn`` applied) in a background thread, at least ``prefetch_batches``
-    ahead, handed over a chunk (row group) of batches at a time.
+    ahead; without a ``transformation_fn`` they are handed over a chunk (row group) at a time.
     A training loop should keep one ``iter_batches(start_epoch, num_epochs)`` iterator open and
     take ``steps_per_epoch`` batches per epoch: read-ahead then runs across epoch boundaries,
     where ``iter_epoch`` starts each epoch cold.
@@ -88,7 +88,7 @@ class ArrowReader(Reader):
         batch_size = self.batch_size
         stats = self.stats
         # The queue holds bursts (a chunk's batches each), so prefetch_batches becomes whole bursts.
-        per_burst = max(1, min(self._unit_rows) // batch_size)
+        per_burst = 1 if self.transformation_fn is not None else max(1, min(self._unit_rows) // batch_size)
         bursts = max(1, -(-self.prefetch_batches // per_burst))
         return BackgroundIterator(
             produce, bursts, name="hs-reader-%d-rank%d" % (next(_iterator_ids), self.rank),
@@ -137,19 +137,15 @@ class ArrowReader(Reader):
         yield from self._burst(batcher.drain())
         assert batcher.pending_rows == 0, "epoch plan rows must be a multiple of batch_size"
 
-    def _burst(self, batches: Iterator[dict]) -> Iterator[Burst]:
-        burst = Burst()
-        try:
-            for batch in batches:
-                burst.append(self._finish(batch))
-        except Exception:
-            if burst:  # the batches finished before a failing transformation_fn still arrive first
-                yield burst
-            raise
-        yield burst
-
-    def _finish(self, batch: dict):
-        return self.transformation_fn(batch) if self.transformation_fn is not None else batch
+    def _burst(self, batches: Iterator[dict]) -> Iterator:
+        if self.transformation_fn is None:
+            yield Burst(batches)
+            return
+        # A transformation costs more than a hand-over: batches go one by one, so the consumer
+        # starts on the first while the rest are transformed (and those finished before a failing
+        # call still arrive).
+        for batch in batches:
+            yield self.transformation_fn(batch)
 
     def _read(self, plan: List[Slice], pool) -> Iterator[dict]:
         """The plan's slices as numpy chunks, in plan order. A row group that the plan uses again
