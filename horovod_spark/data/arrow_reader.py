@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 
 from horovod_spark.data.fixed_width_columns import ColumnPlan, read_column
-from horovod_spark.data.prefetch import BackgroundIterator, Burst
+from horovod_spark.data.prefetch import BackgroundIterator, in_bursts, queue_bound
 from horovod_spark.data.reader import Reader, ReaderStats
 from horovod_spark.data.sharding import Slice, default_steps_per_epoch, epoch_order, epoch_plan
 from horovod_spark.data.shuffle_buffer import Rebatcher, ShuffleBuffer, chunk_rows
@@ -87,11 +87,10 @@ class ArrowReader(Reader):
 
         batch_size = self.batch_size
         stats = self.stats
-        # The queue holds bursts (a chunk's batches each), so prefetch_batches becomes whole bursts.
-        per_burst = 1 if self.transformation_fn is not None else max(1, min(self._unit_rows) // batch_size)
-        bursts = max(1, -(-self.prefetch_batches // per_burst))
+        per_burst = 1 if self.transformation_fn is not None else min(self._unit_rows) // batch_size
         return BackgroundIterator(
-            produce, bursts, name="hs-reader-%d-rank%d" % (next(_iterator_ids), self.rank),
+            produce, queue_bound(self.prefetch_batches, per_burst),
+            name="hs-reader-%d-rank%d" % (next(_iterator_ids), self.rank),
             on_item=lambda item, waited, asked_at: stats.record(batch_size, waited, asked_at))
 
     # -- producer side (runs in the background thread) ---------------------------------------
@@ -133,19 +132,9 @@ class ArrowReader(Reader):
         batcher = buffer if buffer is not None else Rebatcher(self.batch_size)
         # One burst per chunk: the consumer takes a row group's batches in one hand-over.
         for chunk in self._read(plan, pool):
-            yield from self._burst(batcher.add(chunk))
-        yield from self._burst(batcher.drain())
+            yield from in_bursts(batcher.add(chunk), self.transformation_fn)
+        yield from in_bursts(batcher.drain(), self.transformation_fn)
         assert batcher.pending_rows == 0, "epoch plan rows must be a multiple of batch_size"
-
-    def _burst(self, batches: Iterator[dict]) -> Iterator:
-        if self.transformation_fn is None:
-            yield Burst(batches)
-            return
-        # A transformation costs more than a hand-over: batches go one by one, so the consumer
-        # starts on the first while the rest are transformed (and those finished before a failing
-        # call still arrive).
-        for batch in batches:
-            yield self.transformation_fn(batch)
 
     def _read(self, plan: List[Slice], pool) -> Iterator[dict]:
         """The plan's slices as numpy chunks, in plan order. A row group that the plan uses again

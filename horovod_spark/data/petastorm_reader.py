@@ -24,7 +24,7 @@ from typing import Callable, Iterator, List, Optional, Sequence
 import numpy as np
 
 from horovod_spark.data import petastorm_support
-from horovod_spark.data.prefetch import BackgroundIterator
+from horovod_spark.data.prefetch import BackgroundIterator, in_bursts, queue_bound
 from horovod_spark.data.reader import Reader, ReaderStats
 from horovod_spark.data.shuffle_buffer import Rebatcher, ShuffleBuffer
 
@@ -76,6 +76,7 @@ class PetastormReader(Reader):
         if self.total_rows == 0:
             raise ValueError("no rows under %s: nothing to read" % path)
         self.num_row_groups = len(group_rows)
+        self._min_group_rows = min(group_rows)
         shard_sizes = [_shard_rows(group_rows, r, num_ranks) for r in range(num_ranks)]
         # Petastorm refuses more shards than row groups (on every rank): then every rank reads it all.
         self._sharded = num_ranks > 1 and all(shard_sizes)
@@ -98,8 +99,11 @@ class PetastormReader(Reader):
                 yield from self._epoch(epoch, buffer)
 
         batch_size, stats = self.batch_size, self.stats
+        # Without a transformation_fn, a Petastorm batch (a row group) goes over as one burst.
+        per_burst = 1 if self.transformation_fn is not None else self._min_group_rows // batch_size
         return BackgroundIterator(
-            produce, self.prefetch_batches, name="hs-petastorm-%d-rank%d" % (next(_iterator_ids), self.rank),
+            produce, queue_bound(self.prefetch_batches, per_burst),
+            name="hs-petastorm-%d-rank%d" % (next(_iterator_ids), self.rank),
             on_item=lambda item, waited, asked_at: stats.record(batch_size, waited, asked_at))
 
     # -- producer side (runs in the background thread) ---------------------------------------
@@ -114,12 +118,12 @@ class PetastormReader(Reader):
             before = remaining
             for chunk in self._read_pass(epoch, shard_pass, remaining):
                 remaining -= len(chunk[self.columns[0]])
-                yield from map(self._finish, batcher.add(chunk))
+                yield from in_bursts(batcher.add(chunk), self.transformation_fn)
             if remaining == 0:
                 break
             if remaining == before:
                 raise RuntimeError("Petastorm returned no rows for rank %d's shard of %s" % (self.rank, self.url))
-        yield from map(self._finish, batcher.drain())
+        yield from in_bursts(batcher.drain(), self.transformation_fn)
         assert batcher.pending_rows == 0, "an epoch's rows must be a multiple of batch_size"
 
     def _read_pass(self, epoch: int, shard_pass: int, limit: int) -> Iterator[dict]:
@@ -148,9 +152,6 @@ class PetastormReader(Reader):
         finally:
             reader.stop()
             reader.join()
-
-    def _finish(self, batch: dict):
-        return self.transformation_fn(batch) if self.transformation_fn is not None else batch
 
 
 def _row_groups(store, path: str):

@@ -23,6 +23,24 @@ class Burst(list):
     """Items produced together, handed to the consumer in one queue operation."""
 
 
+def in_bursts(batches: Iterator, transformation_fn: Optional[Callable] = None) -> Iterator:
+    """What a reader's producer yields for one decoded chunk's ``batches``: one Burst, or with a
+    ``transformation_fn`` each transformed batch on its own (a transformation costs more than a
+    hand-over, so the consumer starts on the first while the rest are transformed, and those
+    finished before a failing call still arrive)."""
+    if transformation_fn is None:
+        yield Burst(batches)
+        return
+    for batch in batches:
+        yield transformation_fn(batch)
+
+
+def queue_bound(prefetch_batches: int, batches_per_burst: int) -> int:
+    """A BackgroundIterator's ``maxsize`` that keeps at least ``prefetch_batches`` batches ahead
+    when items are bursts of about ``batches_per_burst`` batches."""
+    return max(1, -(-prefetch_batches // max(1, batches_per_burst)))
+
+
 class _Failure:
     def __init__(self, exc: BaseException):
         self.exc = exc
