@@ -284,3 +284,27 @@ def test_background_iterator_hands_bursts_over_item_by_item():
     items = BackgroundIterator(produce, 1, name="hs-reader-test", on_item=lambda item, *_: seen.append(item))
     assert list(items) == [1, 2, 3, 4] and seen == [1, 2, 3, 4]
     assert not items.alive
+
+
+def test_background_iterator_forgets_the_items_of_a_burst_it_handed_out():
+    import weakref
+
+    from horovod_spark.data.prefetch import BackgroundIterator, Burst
+
+    class Batch:
+        pass
+
+    refs = []
+
+    def produce():
+        burst = Burst([Batch(), Batch(), Batch()])  # (this frame keeps the burst itself alive)
+        refs.extend(weakref.ref(b) for b in burst)
+        yield burst
+
+    items = BackgroundIterator(produce, 1, name="hs-reader-test")
+    taken = next(items)
+    assert refs[0]() is taken
+    del taken
+    gc.collect()
+    assert refs[0]() is None  # taken and dropped by the consumer: nothing else holds it
+    assert len(list(items)) == 2

@@ -94,7 +94,9 @@ class BackgroundIterator:
         self._stop = threading.Event()
         self._on_item = on_item
         self._done = False
-        self._burst = iter(())
+        # The current burst, reversed: pop() hands out its next item and drops the burst's
+        # reference, so batches already taken are not kept alive until the burst ends.
+        self._burst: list = []
         self._thread = threading.Thread(target=_run, args=(produce, self._items, self._stop), name=name, daemon=True)
         self._finalize = weakref.finalize(self, _shutdown, self._stop, self._items, self._thread)
         self._thread.start()
@@ -106,13 +108,14 @@ class BackgroundIterator:
         if self._done:
             raise StopIteration
         start = time.perf_counter()
-        item = next(self._burst, _END)
+        item = self._burst.pop() if self._burst else _END
         while item is _END:  # also skips an empty burst
             item = self._items.get()
             if type(item) is not Burst:
                 break
-            self._burst = iter(item)
-            item = next(self._burst, _END)
+            item.reverse()
+            self._burst = item
+            item = self._burst.pop() if self._burst else _END
         if item is _END:
             self.close()
             raise StopIteration
