@@ -12,10 +12,9 @@ from horovod_spark.data.fixed_width_columns import ColumnPlan, read_column
 from horovod_spark.data.prefetch import BackgroundIterator, in_bursts, queue_bound
 from horovod_spark.data.reader import Reader, ReaderStats
 from horovod_spark.data.sharding import Slice, default_steps_per_epoch, epoch_order, epoch_plan
-from horovod_spark.data.shuffle_buffer import Rebatcher, ShuffleBuffer, chunk_rows
+from horovod_spark.data.shuffle_buffer import Rebatcher, ShuffleBuffer, chunk_rows, default_capacity
 
 _iterator_ids = itertools.count()
-DEFAULT_SHUFFLE_BUFFER_BYTES = 4 << 20
 
 
 class ArrowReader(Reader):
@@ -68,13 +67,8 @@ class ArrowReader(Reader):
             raise ValueError("no rows under %s: nothing to read" % path)
         self.steps_per_epoch = steps_per_epoch or default_steps_per_epoch(self.total_rows, num_ranks, batch_size)
         if shuffle_buffer_rows is None:
-            # At most one row group (the unit of the row-group shuffle) and about
-            # DEFAULT_SHUFFLE_BUFFER_BYTES of decoded rows: every row is copied in and out of the
-            # pool at a random place, and a pool that outgrows the CPU caches makes those copies
-            # cost more than decoding (measured on 64-float rows: 16k rows 66 ms/epoch, 32k 84).
-            row_bytes = sum(u.row_groups[0].total_byte_size for u in self._units) / self.total_rows
-            by_bytes = int(DEFAULT_SHUFFLE_BUFFER_BYTES / max(row_bytes, 1))
-            shuffle_buffer_rows = max(batch_size, min(max(self._unit_rows), by_bytes))
+            unit_bytes = [unit.row_groups[0].total_byte_size for unit in self._units]
+            shuffle_buffer_rows = default_capacity(self._unit_rows, unit_bytes, batch_size)
         self.shuffle_buffer_rows = min(shuffle_buffer_rows, self.steps_per_epoch * batch_size)
 
     @property

@@ -26,7 +26,7 @@ import numpy as np
 from horovod_spark.data import petastorm_support
 from horovod_spark.data.prefetch import BackgroundIterator, in_bursts, queue_bound
 from horovod_spark.data.reader import Reader, ReaderStats
-from horovod_spark.data.shuffle_buffer import Rebatcher, ShuffleBuffer
+from horovod_spark.data.shuffle_buffer import Rebatcher, ShuffleBuffer, default_capacity
 
 _iterator_ids = itertools.count()
 
@@ -61,7 +61,7 @@ class PetastormReader(Reader):
         self.stats = ReaderStats()
         self.url = petastorm_support.dataset_url(store, path)
 
-        names, group_rows = _row_groups(store, path)
+        names, group_rows, group_bytes = _row_groups(store, path)
         self.columns: List[str] = list(columns) if columns is not None else names
         if not self.columns:
             raise ValueError("columns is empty: name at least one column to read")
@@ -84,8 +84,8 @@ class PetastormReader(Reader):
             shard_sizes = [self.total_rows] * num_ranks
         self.own_rows = shard_sizes[rank]
         self.steps_per_epoch = steps_per_epoch or max(1, math.ceil(max(shard_sizes) / batch_size))
-        if shuffle_buffer_rows is None:
-            shuffle_buffer_rows = max(batch_size, max(group_rows))
+        if shuffle_buffer_rows is None:  # as the Arrow reader's
+            shuffle_buffer_rows = default_capacity(group_rows, group_bytes, batch_size)
         self.shuffle_buffer_rows = min(shuffle_buffer_rows, self.steps_per_epoch * batch_size)
         self._patterns = [re.escape(c) + "$" for c in self.columns]
 
@@ -155,15 +155,14 @@ class PetastormReader(Reader):
 
 
 def _row_groups(store, path: str):
-    """(column names, rows of each row group) in Petastorm's row-group order: files sorted by path
-    (pyarrow's listing, which skips names starting with '.' or '_', as Petastorm's does), then row
-    groups in file order."""
+    """(column names, rows of each row group, bytes of each) in Petastorm's row-group order: files
+    sorted by path (pyarrow's listing, which skips names starting with '.' or '_', as Petastorm's
+    does), then row groups in file order."""
     import pyarrow.dataset as ds
     dataset = ds.dataset(store.fs_path(path), filesystem=store.filesystem(), format="parquet")
-    rows = []
-    for fragment in sorted(dataset.get_fragments(), key=lambda f: f.path):
-        rows.extend(unit.row_groups[0].num_rows for unit in fragment.split_by_row_group())
-    return list(dataset.schema.names), rows
+    groups = [unit.row_groups[0] for fragment in sorted(dataset.get_fragments(), key=lambda f: f.path)
+              for unit in fragment.split_by_row_group()]
+    return list(dataset.schema.names), [g.num_rows for g in groups], [g.total_byte_size for g in groups]
 
 
 def _shard_rows(group_rows: Sequence[int], rank: int, num_ranks: int) -> int:

@@ -6,6 +6,19 @@ import numpy as np
 Chunk = Dict[str, np.ndarray]
 
 
+DEFAULT_SHUFFLE_BUFFER_BYTES = 4 << 20
+
+
+def default_capacity(row_group_rows: List[int], row_group_bytes: List[int], batch_size: int) -> int:
+    """A reader's default shuffle buffer: at most one row group (the unit of the row-group shuffle)
+    and about DEFAULT_SHUFFLE_BUFFER_BYTES of rows. Every row is copied in and out of the pool at a
+    random place, and a pool that outgrows the CPU caches makes those copies cost more than
+    decoding (measured on 64-float rows: 16k rows 66 ms an epoch, 32k 84)."""
+    row_bytes = sum(row_group_bytes) / max(1, sum(row_group_rows))
+    by_bytes = int(DEFAULT_SHUFFLE_BUFFER_BYTES / max(row_bytes, 1))
+    return max(batch_size, min(max(row_group_rows), by_bytes))
+
+
 def chunk_rows(chunk: Chunk) -> int:
     return len(next(iter(chunk.values()))) if chunk else 0
 
