@@ -81,9 +81,8 @@ class ArrowReader(Reader):
 
         batch_size = self.batch_size
         stats = self.stats
-        per_burst = 1 if self.transformation_fn is not None else min(self._unit_rows) // batch_size
         return BackgroundIterator(
-            produce, queue_bound(self.prefetch_batches, per_burst),
+            produce, queue_bound(self.prefetch_batches, min(self._unit_rows), batch_size, self.transformation_fn),
             name="hs-reader-%d-rank%d" % (next(_iterator_ids), self.rank),
             on_item=lambda item, waited, asked_at: stats.record(batch_size, waited, asked_at))
 

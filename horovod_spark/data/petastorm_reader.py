@@ -100,9 +100,8 @@ class PetastormReader(Reader):
 
         batch_size, stats = self.batch_size, self.stats
         # Without a transformation_fn, a Petastorm batch (a row group) goes over as one burst.
-        per_burst = 1 if self.transformation_fn is not None else self._min_group_rows // batch_size
         return BackgroundIterator(
-            produce, queue_bound(self.prefetch_batches, per_burst),
+            produce, queue_bound(self.prefetch_batches, self._min_group_rows, batch_size, self.transformation_fn),
             name="hs-petastorm-%d-rank%d" % (next(_iterator_ids), self.rank),
             on_item=lambda item, waited, asked_at: stats.record(batch_size, waited, asked_at))
 

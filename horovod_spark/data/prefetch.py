@@ -35,10 +35,12 @@ def in_bursts(batches: Iterator, transformation_fn: Optional[Callable] = None) -
         yield transformation_fn(batch)
 
 
-def queue_bound(prefetch_batches: int, batches_per_burst: int) -> int:
+def queue_bound(prefetch_batches: int, chunk_rows: int, batch_size: int,
+                transformation_fn: Optional[Callable] = None) -> int:
     """A BackgroundIterator's ``maxsize`` that keeps at least ``prefetch_batches`` batches ahead
-    when items are bursts of about ``batches_per_burst`` batches."""
-    return max(1, -(-prefetch_batches // max(1, batches_per_burst)))
+    when the producer yields ``in_bursts`` of chunks of at least ``chunk_rows`` rows."""
+    per_item = 1 if transformation_fn is not None else chunk_rows // batch_size
+    return max(1, -(-prefetch_batches // max(1, per_item)))
 
 
 class _Failure:
