@@ -76,7 +76,6 @@ class PetastormReader(Reader):
         if self.total_rows == 0:
             raise ValueError("no rows under %s: nothing to read" % path)
         self.num_row_groups = len(group_rows)
-        self._min_group_rows = min(group_rows)
         shard_sizes = [_shard_rows(group_rows, r, num_ranks) for r in range(num_ranks)]
         # Petastorm refuses more shards than row groups (on every rank): then every rank reads it all.
         self._sharded = num_ranks > 1 and all(shard_sizes)
@@ -99,9 +98,11 @@ class PetastormReader(Reader):
                 yield from self._epoch(epoch, buffer)
 
         batch_size, stats = self.batch_size, self.stats
-        # Without a transformation_fn, a Petastorm batch (a row group) goes over as one burst.
+        # Without a transformation_fn, the batches cut from each record batch Petastorm yields go
+        # over as one burst. Its record batches can be far smaller than a row group (about 2,500
+        # rows of a 32,000-row group here), so the bound assumes no more than one batch per burst.
         return BackgroundIterator(
-            produce, queue_bound(self.prefetch_batches, self._min_group_rows, batch_size, self.transformation_fn),
+            produce, queue_bound(self.prefetch_batches, batch_size, batch_size, self.transformation_fn),
             name="hs-petastorm-%d-rank%d" % (next(_iterator_ids), self.rank),
             on_item=lambda item, waited, asked_at: stats.record(batch_size, waited, asked_at))
 
