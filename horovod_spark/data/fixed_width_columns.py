@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from horovod_spark.data.thrift_compact import ThriftError, read_struct
+from horovod_spark.data.thrift_compact import ThriftError, read_struct, read_uvarint
 
 _DATA_PAGE, _INDEX_PAGE, _DICTIONARY_PAGE, _DATA_PAGE_V2 = 0, 1, 2, 3
 _PLAIN, _RLE = 0, 3
@@ -32,6 +32,7 @@ _CODECS = {"SNAPPY": "snappy", "ZSTD": "zstd", "GZIP": "gzip"}
 # Runs decoded one by one (the rest is matched as repeats of a decoded stretch); beyond this a
 # page's level stream is too irregular for the fast path to pay.
 _MAX_DECODED_RUNS = 4096
+_MAX_RUN_HEADER_BITS = 36  # a run header is a 32-bit count and a flag: at most 6 bytes of 7 bits
 _scratch = threading.local()  # per reading thread: the buffer _read_range reuses
 
 
@@ -174,18 +175,19 @@ def levels_are_fixed_width(data, count: int, width: int, start: int = 0) -> bool
     decoding resumes after them.
     """
     try:
-        return _check_levels(np.frombuffer(data, dtype=np.uint8), start, start + count, width)
-    except IndexError:  # a truncated stream
+        return _check_levels(memoryview(data).cast("B"), start, start + count, width)
+    except ThriftError:  # a truncated run header
         return False
 
 
-def _check_levels(buf: np.ndarray, pos: int, total: int, width: int) -> bool:
+def _check_levels(data: memoryview, pos: int, total: int, width: int) -> bool:
+    buf = np.frombuffer(data, dtype=np.uint8)
     at, runs = 0, 0
     stretch_pos, stretch_at = pos, 0  # where the current stretch of decoded runs began
     while pos < total:
         if at >= len(buf) or runs >= _MAX_DECODED_RUNS:
             return False
-        header, at = _uvarint(buf, at)
+        header, at = read_uvarint(data, at, max_bits=_MAX_RUN_HEADER_BITS)
         runs += 1
         if header & 1:  # bit-packed: (header >> 1) groups of 8 one-bit values
             nbytes = header >> 1
@@ -228,16 +230,3 @@ def _repeats(buf: np.ndarray, start: int, size: int, most: int) -> int:
     following = buf[start + size:start + size * (most + 1)].reshape(most, size)
     mismatched = np.flatnonzero((following != stretch).any(axis=1))
     return int(mismatched[0]) if len(mismatched) else most
-
-
-def _uvarint(buf: np.ndarray, at: int):
-    result = shift = 0
-    while True:
-        if at >= len(buf) or shift > 35:
-            raise IndexError("truncated varint")
-        byte = int(buf[at])
-        at += 1
-        result |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return result, at
-        shift += 7

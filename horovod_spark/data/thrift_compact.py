@@ -22,10 +22,13 @@ def read_struct(buf, pos: int = 0) -> Tuple[dict, int]:
     return _struct(buf, pos, 0)
 
 
-def _varint(buf, pos: int) -> Tuple[int, int]:
+def read_uvarint(buf, pos: int, max_bits: int = 64) -> Tuple[int, int]:
+    """The unsigned LEB128 varint at ``buf[pos]`` (of at most ``max_bits`` bits' worth of 7-bit
+    groups) and the position after it. Also the run headers of Parquet's RLE/bit-packed levels.
+    ``buf`` must index to ints (bytes, bytearray, a byte memoryview)."""
     result = shift = 0
     while True:
-        if pos >= len(buf) or shift > 63:
+        if pos >= len(buf) or shift >= max_bits:
             raise ThriftError("truncated or overlong varint")
         byte = buf[pos]
         pos += 1
@@ -54,7 +57,7 @@ def _struct(buf, pos: int, depth: int) -> Tuple[dict, int]:
         if delta:
             field_id += delta
         else:
-            raw, pos = _varint(buf, pos)
+            raw, pos = read_uvarint(buf, pos)
             field_id = _zigzag(raw)
         out[field_id], pos = _value(buf, pos, kind, depth)
 
@@ -67,14 +70,14 @@ def _value(buf, pos: int, kind: int, depth: int):
             raise ThriftError("truncated byte")
         return buf[pos], pos + 1
     if kind in (_I16, _I32, _I64):
-        raw, pos = _varint(buf, pos)
+        raw, pos = read_uvarint(buf, pos)
         return _zigzag(raw), pos
     if kind == _DOUBLE:
         if pos + 8 > len(buf):
             raise ThriftError("truncated double")
         return struct.unpack_from("<d", buf, pos)[0], pos + 8
     if kind == _BINARY:
-        size, pos = _varint(buf, pos)
+        size, pos = read_uvarint(buf, pos)
         if pos + size > len(buf):
             raise ThriftError("truncated binary")
         return bytes(buf[pos:pos + size]), pos + size
@@ -85,7 +88,7 @@ def _value(buf, pos: int, kind: int, depth: int):
         pos += 1
         size, element = header >> 4, header & 0x0F
         if size == 15:
-            size, pos = _varint(buf, pos)
+            size, pos = read_uvarint(buf, pos)
         items = []
         for _ in range(size):
             # Inside a list a bool is a whole byte, unlike a struct field's.
