@@ -121,6 +121,24 @@ def _row_udf(model_bytes):
     return F.udf(predict_row, T.ArrayType(T.FloatType()))
 
 
+def _constant_udf():
+    """An Arrow UDF with transform's input and output column types that skips the model (zeros for
+    every row). Any Arrow-UDF transform costs at least this, so it bounds the (c) ratio on this machine."""
+    import numpy as np
+    import pyarrow as pa
+    from pyspark.sql import types as T
+
+    from horovod_spark.estimator.common.spark_compat import scalar_iter_arrow_udf
+
+    def zeros(batches):
+        for batch in batches:
+            rows = len(batch)
+            offsets = pa.array(np.arange(0, (rows + 1) * CLASSES, CLASSES, dtype=np.int32))
+            yield pa.ListArray.from_arrays(offsets, pa.array(np.zeros(rows * CLASSES, dtype=np.float32)))
+
+    return scalar_iter_arrow_udf(zeros, T.ArrayType(T.FloatType(), False)).asNondeterministic()
+
+
 def _noop_write(df) -> float:
     start = time.perf_counter()
     df.write.format("noop").mode("overwrite").save()
@@ -136,20 +154,30 @@ def _best(runs):
 
 
 def _transform_comparison(df, fitted, rows, repeats):
-    """(ours, row UDF) on ``df``, which is cached here so both sides measure inference."""
+    """(ours, row UDF, constant Arrow UDF) on ``df``, which is cached here so all measure inference."""
+    from pyspark.sql import functions as F
+
+    from horovod_spark.estimator.common.model import _model_input
     df = df.cache()
     df.count()
     _noop_write(fitted.transform(df))  # warm-up: Python workers, torch import, model cache
     row_df = df.withColumn("label__output", _row_udf(cloudpickle.dumps(fitted.getModel()))("features"))
-    ours, per_row = [], []
+    # The same input expression as transform's own UDF (a vector column becomes float32 arrays).
+    feature_type = df.schema["features"].dataType
+    constant_df = df.withColumn("label__output", _constant_udf()(
+        F.struct(_model_input("features", feature_type).alias("features"))))
+    _noop_write(constant_df)
+    ours, per_row, constant = [], [], []
     for _ in range(repeats):
         # Ours takes well under a second, so a few runs per repeat average out the JVM's JIT and
         # scheduling noise that the row-at-a-time UDF's multi-second runs absorb by themselves.
         ours.extend(_noop_write(fitted.transform(df)) for _ in range(3))
+        constant.extend(_noop_write(constant_df) for _ in range(3))
         per_row.append(_noop_write(row_df))
     df.unpersist()
     return {"ours_seconds": min(ours), "row_udf_seconds": min(per_row), "ours_rows_per_s": rows / min(ours),
-            "row_udf_rows_per_s": rows / min(per_row), "ours_all": ours, "row_udf_all": per_row}
+            "row_udf_rows_per_s": rows / min(per_row), "constant_udf_seconds": min(constant),
+            "ours_all": ours, "row_udf_all": per_row, "constant_udf_all": constant}
 
 
 def run(spark, rows: int, features: int, batch_size: int, passes: int, lr: float, store_root: str,
@@ -238,6 +266,11 @@ def format_table(r) -> str:
         "| (c) transform rows/s, array<float> column (vs row-at-a-time UDF) | %.0f | %.0f | %.1fx | >= 20x |"
         % (ta["ours_rows_per_s"], ta["row_udf_rows_per_s"], ta["ours_rows_per_s"] / ta["row_udf_rows_per_s"]),
     ]
+    for name, t in (("vector", tr), ("array<float>", ta)):
+        lines.append("| (c) floor, %s column: an Arrow UDF returning zeros, same columns, no model (vs row UDF) | "
+                     "%.0f | %.0f | %.1fx | |" % (name, r["rows"] / t["constant_udf_seconds"],
+                                                 t["row_udf_rows_per_s"],
+                                                 t["row_udf_seconds"] / t["constant_udf_seconds"]))
     lines.append("")
     lines.append("every run (s): fit wall %s, loop %s; TorchDistributor wall %s, loop %s; transform (vectors) %s, "
                  "row UDF %s; transform (arrays) %s, row UDF %s; load average at the end %s"
@@ -245,6 +278,8 @@ def format_table(r) -> str:
                      fit["all_wall_seconds"], fit["all_epoch_seconds"], dist["all_wall_seconds"],
                      dist["all_epoch_seconds"], tr["ours_all"], tr["row_udf_all"], ta["ours_all"],
                      ta["row_udf_all"])) + ("%.1f" % r["load_average"][0],)))
+    lines.append("constant Arrow UDF (s): vectors %s; arrays %s" % tuple(
+        " / ".join("%.2f" % v for v in t["constant_udf_all"]) for t in (tr, ta)))
     lines.append("%d rows x %d float32 features + int label; MLP %d-%d-%d-%d; batch %d per rank; 2 ranks; steps per "
                  "rank: estimator %d, distributor %d; train loss: estimator %.4f (epoch mean), distributor %.4f "
                  "(last batch)" % (r["rows"], r["features"], r["features"], HIDDEN, HIDDEN, CLASSES, r["batch_size"],

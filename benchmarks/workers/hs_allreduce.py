@@ -6,6 +6,7 @@ as DistributedOptimizer's per-parameter names do).
 """
 import itertools
 import sys
+import time
 
 import numpy as np
 
@@ -14,6 +15,7 @@ import _timing
 try:
     import torch
     import horovod_spark.torch as hvd
+    from horovod_spark.common import ops
 except ImportError as exc:
     sys.exit("horovod_spark worker: cannot import horovod_spark.torch (%s); is the native core built?" % exc)
 
@@ -56,17 +58,33 @@ def bench_grouped(adapter, quick, with_grouped):
     def one_big():
         hvd.allreduce_(big, op=hvd.Sum, name="bench.big")
 
+    submits = []  # how long the 256 calls themselves take, step by step
+
     def many_async():
+        start = time.perf_counter()
         handles = [hvd.allreduce_async_(g, op=hvd.Sum, name="bench.grad.%d" % i) for i, g in enumerate(grads)]
+        submits.append(time.perf_counter() - start)
         for h in handles:
             hvd.synchronize(h)
 
     def grouped():
         hvd.grouped_allreduce_(grads, op=hvd.Sum, name="bench.grouped")
 
+    # The same step with one bare call into the core per tensor (arguments prepared beforehand, no
+    # Python layer at all): what the calls would cost if the torch API added nothing.
+    bare_args = [("allreduce.bench.bare.%d" % i, g.data_ptr(), g.data_ptr(), ops.DTYPES["float32"], g.shape,
+                  int(hvd.Sum), 1.0, 1.0, 0) for i, g in enumerate(grads)]
+
+    def many_bare():
+        start = time.perf_counter()
+        handles = [ops.enqueue_allreduce_prechecked(*a) for a in bare_args]
+        submits.append(time.perf_counter() - start)
+        for h in handles:
+            ops.wait(h)
+
     variants = [("one_big", one_big), ("async_many", many_async)]
     if with_grouped:
-        variants.append(("grouped_many", grouped))
+        variants += [("grouped_many", grouped), ("bare_many", many_bare)]
     for variant, step in variants:
         for t in grads + [big]:
             t.fill_(1.0)
@@ -85,6 +103,12 @@ def bench_grouped(adapter, quick, with_grouped):
                    "tensor_bytes": total if variant == "one_big" else GRAD_BYTES, "warmup_est_s": est}
             rec.update(_timing.summarize(times))
             rec.update(usage)
+        if variant in ("async_many", "bare_many"):
+            # The calls of the timed steps (the last len(times)); every rank timed as many.
+            calls = adapter.max_across(np.array(submits[-len(times):]))
+            if adapter.rank == 0:
+                rec["submit_median_s"] = float(np.median(calls))
+        if adapter.rank == 0:
             _timing.emit(rec)
 
 
