@@ -75,7 +75,8 @@ def good_df(spark):
         F.when(F.col("id") == 7, None).otherwise(F.col("id")).alias("with_null"),
         F.when(F.col("id") == 3, F.array(F.lit(1.0))).otherwise(F.array(F.lit(1.0), F.lit(2.0))).alias("ragged"),
         (F.col("id") * 1.5).alias("x"),
-        F.when(F.col("id") == 9, None).otherwise(array_to_vector(F.array(F.col("id").cast("double")))).alias("vec_null"))
+        F.when(F.col("id") == 9, None).otherwise(array_to_vector(F.array(F.col("id").cast("double"))))
+        .alias("vec_null"))
 
 
 # -- everything wrong raises ValueError before anything is written ------------------------------

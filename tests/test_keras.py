@@ -307,7 +307,8 @@ def test_fit_matches_single_process_on_concatenated_batches(ranks, key, referenc
     assert any(not np.allclose(a, b, atol=1e-3) for a, b in zip(ranks[0][key], start))
 
 
-@pytest.mark.parametrize("key", ["tape_eager", "tape_function", "tape_wrapped_inside_eager", "tape_wrapped_inside_function"])
+@pytest.mark.parametrize("key", ["tape_eager", "tape_function", "tape_wrapped_inside_eager",
+                                 "tape_wrapped_inside_function"])
 def test_gradient_tape_loop_matches_single_process(ranks, key):
     _assert_identical_across_ranks(ranks, key)
     _assert_weights_close(ranks[0][key], ranks[0]["tape_reference"], key)

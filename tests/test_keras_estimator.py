@@ -174,6 +174,22 @@ def test_params_and_accessors(tmp_path):
         KerasEstimator(2)
 
 
+def test_input_shapes_come_from_the_param_else_from_the_models_declared_inputs():
+    """One rule for fit and transform: input_shapes when set, else the Keras model's declared input
+    shapes when it declares them fully, one per feature column; otherwise None (features as they come)."""
+    from horovod_spark.estimator.keras_data import input_shapes_for
+    image = keras.Sequential([keras.Input((2, 2, 1)), keras.layers.Flatten(), keras.layers.Dense(3)])
+    assert input_shapes_for(image, None, 1) == [[2, 2, 1]]
+    assert input_shapes_for(image, [], 1) == [[2, 2, 1]]
+    assert input_shapes_for(image, [[4]], 1) == [[4]]
+    assert input_shapes_for(image, None, 2) is None  # one declared input for two feature columns
+    sequence = keras.Sequential([keras.Input((None, 3)), keras.layers.GlobalAveragePooling1D(), keras.layers.Dense(3)])
+    assert input_shapes_for(sequence, None, 1) is None  # a free dimension: nothing to reshape to
+    assert input_shapes_for(None, None, 1) is None
+    assert KerasModel(model=image, feature_cols=["arr"])._input_shapes() == [[2, 2, 1]]
+    assert KerasModel(model=image, feature_cols=["arr"], input_shapes=[[4]])._input_shapes() == [[4]]
+
+
 def test_compile_arguments_come_from_params_then_from_the_models_compile(tmp_path):
     from horovod_spark.estimator import keras_io, keras_payload
     keras.utils.set_random_seed(0)

@@ -27,7 +27,8 @@ def mpirun(np_, args, timeout=180):
 def test_subcommunicator_example_under_mpirun_np_4():
     proc = mpirun(4, ["examples/mpi_subcommunicators.py"])
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "job 0: 2 ranks, mpi_threads_supported=True, params equal within job: True, jobs independent: True" in proc.stdout
+    assert ("job 0: 2 ranks, mpi_threads_supported=True, params equal within job: True, jobs independent: True"
+            in proc.stdout)
     assert "job 1: 2 ranks" in proc.stdout
 
 

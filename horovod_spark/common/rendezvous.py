@@ -61,7 +61,8 @@ def identity_from(comm=None, environ=None) -> Identity:
         rank, size = int(env["HOROVOD_RANK"]), int(env["HOROVOD_SIZE"])
     except (KeyError, ValueError) as exc:
         raise ValueError("HOROVOD_RANK/HOROVOD_SIZE must both be integers (set by horovod-spark-run "
-                         "or horovod_spark.run); got %r/%r" % (env.get("HOROVOD_RANK"), env.get("HOROVOD_SIZE"))) from exc
+                         "or horovod_spark.run); got %r/%r"
+                         % (env.get("HOROVOD_RANK"), env.get("HOROVOD_SIZE"))) from exc
     if not 0 <= rank < size:
         raise ValueError("HOROVOD_RANK=%d is outside [0, HOROVOD_SIZE=%d)" % (rank, size))
     return Identity(rank, size, "env")
@@ -144,9 +145,11 @@ def _wait_for_ranks(client, scope: str, run_scope: str, ident: Identity, timeout
             gone = set(client.keys(exited)).intersection(_rank_key(r) for r in missing)
             ended = {k: client.get(exited, k, 0.0) for k in gone}
             if ended:
-                who = ", ".join("%s (exit code %s)" % (k.replace(".", " "), v.decode()) for k, v in sorted(ended.items()))
+                who = ", ".join("%s (exit code %s)" % (k.replace(".", " "), v.decode())
+                                for k, v in sorted(ended.items()))
                 raise RuntimeError("hvd.init() on rank %d cannot complete: %s ended without calling hvd.init() "
-                                   "(every rank must call hvd.init(), the same number of times)" % (ident.rank, who)) from None
+                                   "(every rank must call hvd.init(), the same number of times)"
+                                   % (ident.rank, who)) from None
             now = time.monotonic()
             if now >= deadline:
                 raise TimeoutError("hvd.init() waited %.3g s for all %d ranks to start; ranks %s never arrived (%s). "

@@ -28,6 +28,15 @@ def declared_input_shapes(model, count: int):
     return shapes
 
 
+def input_shapes_for(model, input_shapes, count: int):
+    """The per-row feature shapes a Keras model is fed: ``input_shapes`` when given, else the model's
+    declared input shapes (None when it has no model or declares them only partly). The estimator,
+    its remote training and KerasModel.transform all decide it here, so they always agree."""
+    if input_shapes:
+        return input_shapes
+    return None if model is None else declared_input_shapes(model, count)
+
+
 def keras_batch(batch: dict, spec, floatx: str) -> tuple:
     """(x, y) or (x, y, sample_weight); x and y are one array, or a tuple with one per column."""
     features = model_inputs([batch[c] for c in spec.feature_cols], spec.input_shapes)

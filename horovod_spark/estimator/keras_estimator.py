@@ -39,7 +39,8 @@ class KerasEstimator(HorovodEstimator):
                  batch_size=None, val_batch_size=None, epochs=None, train_steps_per_epoch=None,
                  validation_steps_per_epoch=None, shuffle=None, random_seed=None, gradient_compression=None,
                  backward_passes_per_step=None, store=None, run_id=None, callbacks=None, transformation_fn=None,
-                 verbose=None, use_gpu=None, data_module=None, custom_objects=None, checkpoint_callback=None, **unknown):
+                 verbose=None, use_gpu=None, data_module=None, custom_objects=None, checkpoint_callback=None,
+                 **unknown):
         super().__init__()
         refuse_unknown_params(type(self).__name__, unknown)
         self._setDefault(custom_objects={}, checkpoint_callback=None)
@@ -51,7 +52,8 @@ class KerasEstimator(HorovodEstimator):
                   batch_size=None, val_batch_size=None, epochs=None, train_steps_per_epoch=None,
                   validation_steps_per_epoch=None, shuffle=None, random_seed=None, gradient_compression=None,
                   backward_passes_per_step=None, store=None, run_id=None, callbacks=None, transformation_fn=None,
-                  verbose=None, use_gpu=None, data_module=None, custom_objects=None, checkpoint_callback=None, **unknown):
+                  verbose=None, use_gpu=None, data_module=None, custom_objects=None, checkpoint_callback=None,
+                  **unknown):
         """Set the given params (keyword arguments only); None leaves a param as it is."""
         refuse_unknown_params(type(self).__name__, unknown)
         return self._set(**{k: v for k, v in self._input_kwargs.items() if v is not None})
@@ -77,8 +79,8 @@ class KerasEstimator(HorovodEstimator):
         args = keras_payload.compile_args(self, self.getOrDefault("model"))
         args.compile(model, args.build_optimizer())
         # Not _copyValues(): it would also copy the estimator's untrained `model` param.
-        from .keras_data import declared_input_shapes
-        input_shapes = cfg.input_shapes or declared_input_shapes(model, len(cfg.feature_cols))
+        from .keras_data import input_shapes_for
+        input_shapes = input_shapes_for(model, cfg.input_shapes, len(cfg.feature_cols))
         return KerasModel(model=model, feature_cols=cfg.feature_cols, label_cols=cfg.label_cols,
                           input_shapes=input_shapes, history=result["history"],
                           output_shapes=result["output_shapes"], run_id=run_id, custom_objects=custom_objects)

@@ -48,10 +48,9 @@ class KerasModel(HorovodModel):
 
     def _input_shapes(self):
         # As Horovod's KerasModel: features take the model's declared input shapes unless set.
-        from .keras_data import declared_input_shapes
-        model = self.getOrDefault("model")
-        return self.getOrDefault("input_shapes") or (
-            None if model is None else declared_input_shapes(model, len(self.getOrDefault("feature_cols") or [])))
+        from .keras_data import input_shapes_for
+        return input_shapes_for(self.getOrDefault("model"), self.getOrDefault("input_shapes"),
+                                len(self.getOrDefault("feature_cols") or []))
 
     def json_params(self):
         # custom_objects are classes and functions: they travel inside the model bytes instead.

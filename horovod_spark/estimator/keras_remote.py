@@ -141,10 +141,9 @@ class _KerasTrainer:
     def _fit(self, estimator_callback):
         from . import keras_data
         hvd, spec = self.hvd, self.spec
-        if spec.input_shapes is None:
-            declared = keras_data.declared_input_shapes(self.model, len(spec.feature_cols))
-            if declared is not None:
-                spec = dataclasses.replace(spec, input_shapes=declared)
+        input_shapes = keras_data.input_shapes_for(self.model, spec.input_shapes, len(spec.feature_cols))
+        if input_shapes != spec.input_shapes:
+            spec = dataclasses.replace(spec, input_shapes=input_shapes)
         floatx = self.keras.config.floatx()
         dataset, batches, first = keras_data.train_dataset(self.train_reader, spec, floatx, spec.start_epoch,
                                                            spec.epochs - spec.start_epoch)

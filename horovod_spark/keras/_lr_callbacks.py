@@ -106,5 +106,6 @@ class LearningRateWarmupCallback(LearningRateScheduleCallback):
     def on_epoch_end(self, epoch, logs=None):
         super().on_epoch_end(epoch, logs)
         if epoch == self.end_epoch - 1 and self.verbose > 0 and _basics.rank() == 0:
-            print("\nEpoch %d: finished gradual learning rate warmup to %g." % (epoch + 1, _get_lr(self.model.optimizer)))
+            print("\nEpoch %d: finished gradual learning rate warmup to %g."
+                  % (epoch + 1, _get_lr(self.model.optimizer)))
 

@@ -22,7 +22,8 @@ def DistributedOptimizer(optimizer, name=None, use_locking=False, device_dense="
                         "hvd.DistributedGradientTape in a custom training loop." % type(optimizer).__name__)
     from horovod_spark.keras.optimizer import DistributedOptimizer as _keras_distributed_optimizer
     return _keras_distributed_optimizer(optimizer, name=name, compression=compression,
-                                        sparse_as_dense=sparse_as_dense, gradient_predivide_factor=gradient_predivide_factor,
+                                        sparse_as_dense=sparse_as_dense,
+                                        gradient_predivide_factor=gradient_predivide_factor,
                                         op=op, backward_passes_per_step=backward_passes_per_step,
                                         average_aggregated_gradients=average_aggregated_gradients,
                                         num_groups=num_groups, groups=groups, process_set=process_set,

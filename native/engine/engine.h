@@ -186,8 +186,9 @@ class Engine {
   // the coordinator cannot order anything of this rank's before X, whose data is already on
   // its way. When every rank said the same X and S, each one reduces on its own and the
   // coordinator answers nothing: one hop instead of request, response and data. Otherwise the
-  // coordinator's response lists who sent early (Response::presend). S counts executed global-set responses plus speculative
-  // completions, which is the same on every rank at the same point of a consistent program.
+  // coordinator's response lists who sent early (Response::presend). S counts executed global-set
+  // responses plus speculative completions, which is the same on every rank at the same point of a
+  // consistent program.
   struct Speculation {
     bool active = false;
     std::string key;

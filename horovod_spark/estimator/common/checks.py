@@ -84,7 +84,8 @@ def check_common(est) -> FitConfig:
                          "boolean/integer column to mark validation rows" % validation)
 
     input_shapes, label_shapes = get("input_shapes"), get("label_shapes")
-    for name, shapes, cols in (("input_shapes", input_shapes, feature_cols), ("label_shapes", label_shapes, label_cols)):
+    for name, shapes, cols in (("input_shapes", input_shapes, feature_cols),
+                               ("label_shapes", label_shapes, label_cols)):
         if shapes is not None:
             if len(shapes) != len(cols):
                 raise ValueError("%s has %d shapes but there are %d columns (%s): give one per-row shape per column"
@@ -139,7 +140,8 @@ def check_common(est) -> FitConfig:
                              % (cb, ", ".join(hooks)))
     transformation_fn = get("transformation_fn")
     if transformation_fn is not None and not callable(transformation_fn):
-        raise ValueError("transformation_fn must be a function(batch dict) -> batch dict, got %r" % (transformation_fn,))
+        raise ValueError("transformation_fn must be a function(batch dict) -> batch dict, got %r"
+                         % (transformation_fn,))
 
     return FitConfig(store=store, num_proc=num_proc, feature_cols=feature_cols, label_cols=label_cols,
                      sample_weight_col=sample_weight_col, validation=validation, input_shapes=input_shapes,
