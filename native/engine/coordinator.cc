@@ -26,7 +26,7 @@ std::string ranks_text(const std::vector<int>& r) {
 }
 }  // namespace
 
-Coordinator::Coordinator(int size, const Config& cfg) : size_(size), cfg_(cfg) {
+Coordinator::Coordinator(int size, const Config& cfg) : size_(size), cfg_(cfg), lane_(size) {
   std::vector<int32_t> all(size);
   for (int i = 0; i < size; ++i) all[i] = i;
   process_sets_[0] = all;
@@ -40,6 +40,8 @@ const std::vector<int32_t>* Coordinator::process_set(int32_t id) const {
 bool Coordinator::has_work_without(int rank) const {
   if (!ready_.empty() || !join_responses_.empty() || !deferred_.empty()) return true;
   if (joined_.count(rank)) return !pending_.empty();
+  for (int32_t id : lane_.waiting())
+    if (lane_.has(id, rank)) return true;
   for (const auto& [k, p] : pending_) {
     if (p.by_rank.count(rank)) return true;
     const auto* ranks = process_set(p.by_rank.begin()->second.process_set);
@@ -65,8 +67,50 @@ void Coordinator::add_request(int rank, const RequestMeta& meta, int32_t cache_i
   }
   std::string computed;
   const bool cached = cache_id >= 0 && cache_id < static_cast<int32_t>(cached_keys_.size());
+  if (cached && spec_seq < 0 && try_cached_lane(rank, cache_id)) return;
   if (!cached) computed = key(meta);
   const std::string& k = cached ? cached_keys_[static_cast<size_t>(cache_id)] : computed;
+  // The lane may hold other ranks' submissions of this tensor: they join this one here.
+  move_tensor_to_pending(k);
+  add_pending(rank, meta, cache_id, spec_seq, k);
+}
+
+bool Coordinator::try_cached_lane(int rank, int32_t id) {
+  if (!joined_.empty() || !lane_.knows(id) || cached_requests_[static_cast<size_t>(id)].process_set != 0)
+    return false;
+  const std::string& k = cached_keys_[static_cast<size_t>(id)];
+  if ((!pending_.empty() && pending_.count(k)) || (!deferred_.empty() && deferred_.count(k))) return false;
+  switch (lane_.add(rank, id)) {
+    case CachedLane::Outcome::kWaiting:
+      return true;
+    case CachedLane::Outcome::kComplete:
+      ready_.push_back(Ready{id, {}});
+      return true;
+    case CachedLane::Outcome::kDeclined:
+      break;
+  }
+  return false;
+}
+
+void Coordinator::move_tensor_to_pending(const std::string& k) {
+  if (lane_.waiting().empty()) return;
+  auto number = tensor_numbers_.find(k);
+  if (number == tensor_numbers_.end()) return;
+  int32_t id = lane_.waiting_id(number->second);
+  if (id >= 0) move_to_pending(id);
+}
+
+void Coordinator::move_to_pending(int32_t id) {
+  CoarseClock::time_point since = lane_.first_seen(id);
+  const std::string k = cached_keys_[static_cast<size_t>(id)];
+  for (int r : lane_.take(id)) add_pending(r, cached_requests_[static_cast<size_t>(id)], id, -1, k);
+  auto it = pending_.find(k);
+  if (it != pending_.end() && since < it->second.first_seen)  // the stall clock keeps running
+    it->second.first_seen = it->second.last_warned = since;
+}
+
+void Coordinator::add_pending(int rank, const RequestMeta& meta, int32_t cache_id, int64_t spec_seq,
+                              const std::string& k) {
   auto earlier = pending_.find(k);
   if (earlier != pending_.end() && earlier->second.by_rank.count(rank)) {
     deferred_[k].push_back(Deferred{rank, meta, cache_id, spec_seq});
@@ -104,10 +148,12 @@ void Coordinator::mark_ready_if_complete(const std::string& k) {
   const RequestMeta& any = p.by_rank.begin()->second;
   if (p.queued || !complete(p, any.process_set)) return;
   p.queued = true;
-  ready_.push_back(k);
+  ready_.push_back(Ready{-1, k});
 }
 
 void Coordinator::handle_join(int rank) {
+  // Joined ranks count as present for the general path only: it takes over the lane's tensors.
+  while (!lane_.waiting().empty()) move_to_pending(lane_.waiting().front());
   joined_.insert(rank);
   last_joined_ = rank;
   for (auto& kv : pending_)
@@ -331,6 +377,8 @@ Response Coordinator::build_response(const std::string& k, Pending& p) {
       cache_by_signature_[sig] = id;
       cached_requests_.push_back(first);
       cached_keys_.push_back(key(first));
+      auto number = tensor_numbers_.try_emplace(cached_keys_.back(), static_cast<int32_t>(tensor_numbers_.size()));
+      lane_.add_id(id, number.first->second);
       r.cache_ids = {id};
       cached_responses_.push_back(r);
     }
@@ -352,7 +400,7 @@ size_t response_bytes(const Response& r) {
 }
 }  // namespace
 
-void Coordinator::fuse(std::vector<Response>& in, std::vector<Response>* out) {
+void Coordinator::fuse(std::vector<Piece>& in, std::vector<Response>* out) {
   auto compatible = [](const Response& a, const Response& b) {
     if (!a.presend.empty() || !b.presend.empty()) return false;  // their inputs went out alone
     if (a.names.size() == 1 && response_bytes(a) >= kFuseTensorsBelowBytes) return false;
@@ -361,19 +409,24 @@ void Coordinator::fuse(std::vector<Response>& in, std::vector<Response>* out) {
            b.error.empty() && a.dtype == b.dtype && a.op == b.op && a.prescale == b.prescale &&
            a.postscale == b.postscale && a.process_set == b.process_set;
   };
+  // A lane piece is read in place from the cache: one copy per fused response, not per tensor.
+  auto view = [&](const Piece& p) -> const Response& {
+    return p.cached >= 0 ? cached_responses_[static_cast<size_t>(p.cached)] : p.own;
+  };
   size_t i = 0;
   while (i < in.size()) {
-    Response cur = std::move(in[i]);
+    Response cur = in[i].cached >= 0 ? view(in[i]) : std::move(in[i].own);
+    if (in[i].cached >= 0) cur.all_cached = true;
     size_t bytes = response_bytes(cur);
     ++i;
-    while (i < in.size() && compatible(cur, in[i])) {
-      size_t more = response_bytes(in[i]);
+    while (i < in.size() && compatible(cur, view(in[i]))) {
+      const Response& nx = view(in[i]);
+      size_t more = response_bytes(nx);
       if (bytes + more > cfg_.fusion_threshold) break;
-      Response& nx = in[i];
       cur.names.insert(cur.names.end(), nx.names.begin(), nx.names.end());
       cur.shapes.insert(cur.shapes.end(), nx.shapes.begin(), nx.shapes.end());
       cur.cache_ids.insert(cur.cache_ids.end(), nx.cache_ids.begin(), nx.cache_ids.end());
-      cur.all_cached = cur.all_cached && nx.all_cached;
+      cur.all_cached = cur.all_cached && (in[i].cached >= 0 || nx.all_cached);
       bytes += more;
       ++i;
     }
@@ -382,17 +435,24 @@ void Coordinator::fuse(std::vector<Response>& in, std::vector<Response>* out) {
 }
 
 std::vector<Response> Coordinator::take_ready() {
-  std::vector<Response> singles, out;
+  std::vector<Piece> pieces;
+  std::vector<Response> out;
   std::vector<std::string> closed;
-  for (const std::string& k : ready_) {
+  pieces.reserve(ready_.size());
+  for (Ready& item : ready_) {
+    if (item.cached >= 0) {
+      pieces.push_back(Piece{item.cached, {}});
+      continue;
+    }
+    const std::string& k = item.key;
     Pending& p = pending_.at(k);
-    if (!completed_by_speculation(p)) singles.push_back(build(k, p));
+    if (!completed_by_speculation(p)) pieces.push_back(Piece{-1, build(k, p)});
     pending_.erase(k);
     closed.push_back(k);
   }
   ready_.clear();
   if (!deferred_.empty()) replay_deferred(closed);  // ready again: the next take_ready serves them
-  fuse(singles, &out);
+  fuse(pieces, &out);
   for (auto& j : join_responses_) out.push_back(std::move(j));
   join_responses_.clear();
   return out;
@@ -401,6 +461,11 @@ std::vector<Response> Coordinator::take_ready() {
 void Coordinator::check_stalls(std::vector<Response>* errors) {
   if (cfg_.stall_check_disable || cfg_.stall_check_seconds <= 0) return;
   auto now = Clock::now();
+  // A lane entry waiting this long is a late or diverged rank: the general path times and reports it.
+  std::vector<int32_t> slow;
+  for (int32_t id : lane_.waiting())
+    if (now - lane_.first_seen(id) >= std::chrono::seconds(1)) slow.push_back(id);
+  for (int32_t id : slow) move_to_pending(id);
   std::vector<std::string> expired;
   for (auto& [k, p] : pending_) {
     double waited = std::chrono::duration<double>(now - p.first_seen).count();
@@ -439,7 +504,9 @@ void Coordinator::check_stalls(std::vector<Response>* errors) {
   }
   for (const auto& k : expired) {
     pending_.erase(k);
-    ready_.erase(std::remove(ready_.begin(), ready_.end(), k), ready_.end());
+    ready_.erase(std::remove_if(ready_.begin(), ready_.end(),
+                                [&](const Ready& r) { return r.cached < 0 && r.key == k; }),
+                 ready_.end());
   }
   if (!deferred_.empty()) replay_deferred(expired);
 }

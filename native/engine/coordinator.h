@@ -12,6 +12,7 @@
 
 #include "common/clock.h"
 #include "common/config.h"
+#include "engine/cached_lane.h"
 #include "engine/message.h"
 
 namespace hs {
@@ -44,6 +45,13 @@ class Coordinator {
     bool queued = false;  // already in ready_
   };
   std::string key(const RequestMeta& m) const;
+  // The general path for one request under its key `k`.
+  void add_pending(int rank, const RequestMeta& meta, int32_t cache_id, int64_t spec_seq, const std::string& k);
+  // The steady-state lane (see CachedLane); false when the request must take the general path.
+  bool try_cached_lane(int rank, int32_t cache_id);
+  // Hand a partial lane entry (of cache id `id`, or of the tensor `k`) to the general path.
+  void move_to_pending(int32_t id);
+  void move_tensor_to_pending(const std::string& k);
   bool complete(const Pending& p, int32_t ps) const;
   Response build(const std::string& key, Pending& p);
   Response build_response(const std::string& key, Pending& p);
@@ -53,7 +61,12 @@ class Coordinator {
   void validate(const Pending& p, const std::vector<int32_t>& ranks, Response* out);
   void mark_ready_if_complete(const std::string& key);
   void handle_join(int rank);
-  void fuse(std::vector<Response>& in, std::vector<Response>* out);
+  // A ready tensor: a response built by the general path, or a cache id from the lane.
+  struct Piece {
+    int32_t cached = -1;
+    Response own;
+  };
+  void fuse(std::vector<Piece>& in, std::vector<Response>* out);
 
   int size_;
   Config cfg_;
@@ -69,7 +82,12 @@ class Coordinator {
   };
   std::map<std::string, std::vector<Deferred>> deferred_;
   void replay_deferred(const std::vector<std::string>& keys);
-  std::vector<std::string> ready_;  // keys whose every rank has submitted, in completion order
+  // Tensors every rank has submitted, in completion order: a pending_ key, or a lane cache id.
+  struct Ready {
+    int32_t cached = -1;
+    std::string key;
+  };
+  std::vector<Ready> ready_;
   std::set<int> joined_;
   int last_joined_ = -1;
   std::map<int32_t, std::vector<int32_t>> process_sets_;
@@ -79,6 +97,8 @@ class Coordinator {
   std::vector<RequestMeta> cached_requests_;
   std::vector<std::string> cached_keys_;  // key() of each cached request: built once, not per step
   std::vector<Response> cached_responses_;
+  std::unordered_map<std::string, int32_t> tensor_numbers_;  // key() -> the lane's tensor number
+  CachedLane lane_;
   std::vector<Response> join_responses_;
 };
 
