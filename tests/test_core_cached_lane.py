@@ -102,3 +102,47 @@ def test_late_rank_on_a_cached_tensor_gets_the_stall_warning_and_completes():
         assert json.loads(out.strip().splitlines()[-1]) == {"value": 6.0}, (out, err)
     err0 = outputs[0][1]
     assert "'late'" in err0 and "missing ranks [2]" in err0 and "Submitted by ranks [0, 1]" in err0, err0
+
+
+def _random_steps():
+    """120 rounds of 24 tensors submitted in a different random order on each rank, with short
+    random pauses; in about one round in ten the last rank sends one tensor one element longer."""
+    import random
+    import time
+
+    import numpy as np
+    from horovod_spark.common import basics, ops
+    from horovod_spark.common.exceptions import HorovodCollectiveError
+
+    basics.init()
+    r, n = basics.rank(), basics.size()
+    mine, shared = random.Random(1234 + r), random.Random(99)  # shared: the same draws on every rank
+    expected = float(sum(q + 1 for q in range(n)))
+    wrong, failed_as_planned = 0, 0
+    for _ in range(120):
+        sizes = [shared.choice([3, 5, 4096, 70000]) for _ in range(24)]
+        odd = shared.randrange(24) if shared.random() < 0.1 else -1
+        arrays = [np.full(s + (i == odd and r == n - 1), r + 1, np.float32) for i, s in enumerate(sizes)]
+        order = list(range(24))
+        mine.shuffle(order)
+        handles = {}
+        for i in order:
+            if mine.random() < 0.2:
+                time.sleep(mine.random() * 0.002)
+            a = arrays[i]
+            handles[i] = ops.allreduce_async("t.%d" % i, a.ctypes.data, a.ctypes.data, "float32", a.shape, ops.Sum)
+        for i in order:
+            try:
+                ops.wait(handles[i], timeout=30)
+                wrong += int(i == odd or not np.all(arrays[i] == expected))
+            except HorovodCollectiveError:
+                failed_as_planned += int(i == odd)
+                wrong += int(i != odd)
+    basics.shutdown()
+    return {"wrong": wrong, "mismatches": failed_as_planned}
+
+
+def test_random_orders_and_occasional_mismatches_on_three_ranks():
+    results = run_local(_random_steps, num_proc=3, timeout=120)
+    assert all(out["wrong"] == 0 for out in results), results
+    assert len({out["mismatches"] for out in results}) == 1 and results[0]["mismatches"] > 0, results
