@@ -20,7 +20,6 @@ class CachedLane {
   // Register cache id `id` (ids are dense, assigned in order) for the tensor numbered `tensor`:
   // ids of the same tensor name (different signatures over time) share the number.
   void add_id(int32_t id, int32_t tensor);
-  bool knows(int32_t id) const { return id >= 0 && id < static_cast<int32_t>(waits_.size()); }
 
   enum class Outcome { kWaiting, kComplete, kDeclined };
   // `rank` sent cache id `id`. kDeclined: another id of the same tensor is waiting, or this rank

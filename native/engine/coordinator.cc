@@ -76,8 +76,8 @@ void Coordinator::add_request(int rank, const RequestMeta& meta, int32_t cache_i
 }
 
 bool Coordinator::try_cached_lane(int rank, int32_t id) {
-  if (!joined_.empty() || !lane_.knows(id) || cached_requests_[static_cast<size_t>(id)].process_set != 0)
-    return false;
+  // (id is a cache id: every one was registered with the lane when it was assigned)
+  if (!joined_.empty() || cached_requests_[static_cast<size_t>(id)].process_set != 0) return false;
   const std::string& k = cached_keys_[static_cast<size_t>(id)];
   if ((!pending_.empty() && pending_.count(k)) || (!deferred_.empty() && deferred_.count(k))) return false;
   switch (lane_.add(rank, id)) {
