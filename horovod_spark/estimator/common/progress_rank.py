@@ -17,7 +17,9 @@ class ProgressReporter:
         self.enabled = enabled
         self.interval = interval
         self._out = out if out is not None else sys.stdout
-        self._last_step = 0.0
+        # None, not 0.0: time.monotonic() counts from an unspecified origin (boot, on Linux), so
+        # a fresh machine's clock can read less than one interval and drop the first step.
+        self._last_step = None
 
     def emit(self, event: str, **fields) -> None:
         if not self.enabled:
@@ -32,7 +34,7 @@ class ProgressReporter:
 
     def step(self, epoch: int, step: int, logs: dict) -> None:
         now = time.monotonic()
-        if now - self._last_step >= self.interval:
+        if self._last_step is None or now - self._last_step >= self.interval:
             self._last_step = now
             self.emit("step", epoch=epoch, step=step, logs=logs)
 
