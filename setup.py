@@ -15,6 +15,19 @@ except ImportError as exc:  # pragma: no cover - explained to the user, not sile
     raise SystemExit("horovod_spark needs pybind11 to build its native core: pip install pybind11") from exc
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+
+# The ranges the library works with, for installing it into an environment of your own. The tests
+# run on the exact versions of requirements.lock / requirements-legacy.lock, and tests/test_locks.py
+# checks that both locks satisfy these ranges.
+INSTALL_REQUIRES = ["numpy>=1.26", "cloudpickle>=3.0"]
+EXTRAS_REQUIRE = {
+    "spark": ["pyspark>=3.5", "pyarrow>=14", "pandas>=2.2,<3"],
+    "torch": ["torch>=2.13"],
+    # TensorFlow itself is left to the user: tensorflow, tensorflow-cpu and vendor builds are all
+    # different distributions of the same package.
+    "keras": ["keras>=3.10"],
+    "store": ["fsspec>=2024.2"],
+}
 sources = sorted(glob.glob("native/**/*.cc", recursive=True))
 
 core = Pybind11Extension(
@@ -44,6 +57,7 @@ setup(
     ext_modules=[core],
     cmdclass={"build_ext": ParallelBuildExt},
     python_requires=">=3.9",
-    install_requires=["numpy", "cloudpickle"],
+    install_requires=INSTALL_REQUIRES,
+    extras_require=EXTRAS_REQUIRE,
     entry_points={"console_scripts": ["horovod-spark-run = horovod_spark.runner.launch:main"]},
 )

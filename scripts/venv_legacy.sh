@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Sourced by scripts/run_tests.sh (and usable on its own): create or reuse .venv-legacy/, the older
-# stack of requirements-legacy.txt (pyspark 3.5, pyarrow 14, numpy 1.26, Petastorm), and install
-# horovod_spark into it. A stamp of requirements-legacy.txt lets a second run skip pip.
+# stack of requirements-legacy.lock (pyspark 3.5, pyarrow 14, numpy 1.26, Petastorm: exact versions
+# with hashes, compiled from requirements-legacy.in by scripts/lock.sh), and install horovod_spark into it.
 #
 # The native core is plain C++ with no framework or Arrow headers, built in place as
 # horovod_spark/common/_core*.so by scripts/venv.sh; both venvs run the same Python (3.11), so that
@@ -12,16 +12,9 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 legacy="$root/.venv-legacy"
-if [[ ! -x "$legacy/bin/python" ]]; then
-  python3 -m venv "$legacy"
-fi
+source "$root/scripts/locked_venv.sh"
+locked_venv "$legacy" "$root/requirements-legacy.lock"
 legacy_py="$legacy/bin/python"
-legacy_req_stamp=$(sha256sum requirements-legacy.txt | cut -c1-16)
-if [[ ! -f "$legacy/.req-$legacy_req_stamp" ]]; then
-  "$legacy_py" -m pip install --quiet --upgrade pip
-  "$legacy_py" -m pip install --quiet -r requirements-legacy.txt
-  rm -f "$legacy"/.req-*; touch "$legacy/.req-$legacy_req_stamp"
-fi
 if ! ls horovod_spark/common/_core*.so >/dev/null 2>&1; then
   "$legacy_py" setup.py build_ext --inplace -j 2 >/tmp/horovod_spark_legacy_build.log 2>&1 \
     || { cat /tmp/horovod_spark_legacy_build.log; exit 1; }

@@ -70,7 +70,7 @@ def test_asking_for_petastorm_where_it_cannot_import_says_which_versions_work(tm
     message = str(info.value)
     assert "pyarrow < 16" in message and "numpy < 2" in message and "petastorm 0.12.1" in message
     assert "pyarrow %s" % pyarrow.__version__ in message
-    assert "requirements-legacy.txt" in message and "data_module='arrow'" in message
+    assert "requirements-legacy.in" in message and "data_module='arrow'" in message
     assert isinstance(info.value, ImportError)
 
 

@@ -2,7 +2,7 @@
 
 Released Petastorm (0.12.x, 0.13.x) imports ``pyarrow.filesystem``, which pyarrow 16 removed; and
 pyspark 4 needs pyarrow >= 18. So Petastorm runs only on the older stack: pyarrow < 16 (14.0.2
-tested) with numpy < 2 and pandas < 3, as pyspark 3.5 uses (requirements-legacy.txt). Asking for
+tested) with numpy < 2 and pandas < 3, as pyspark 3.5 uses (requirements-legacy.in). Asking for
 it elsewhere raises PetastormUnavailableError saying so, instead of an ImportError from deep inside
 Petastorm on a rank.
 """
@@ -33,7 +33,7 @@ def require_petastorm():
     raise PetastormUnavailableError(
         "data_module='petastorm' needs Petastorm, which cannot be imported here (%s). Released Petastorm "
         "imports pyarrow.filesystem, removed in pyarrow 16, so it works only on the older stack: "
-        "pyarrow < 16, numpy < 2, pandas < 3 (pyspark 3.5); tested: %s (requirements-legacy.txt, "
+        "pyarrow < 16, numpy < 2, pandas < 3 (pyspark 3.5); tested: %s (requirements-legacy.in, "
         "scripts/venv_legacy.sh). This environment has pyarrow %s, numpy %s, pandas %s, pyspark %s, "
         "petastorm %s. Use data_module='arrow' (the built-in reader, which works on both stacks) or "
         "install the older stack." % (cause, TESTED, _version("pyarrow"), _version("numpy"), _version("pandas"),

@@ -1,5 +1,5 @@
 """The two pyspark calls the fitted models need that only pyspark 4 offers, with a fallback for the
-older stack (pyspark 3.5 + pyarrow 14, where Petastorm runs; see requirements-legacy.txt).
+older stack (pyspark 3.5 + pyarrow 14, where Petastorm runs; see requirements-legacy.in).
 
 pyspark >= 4.1 hands Arrow arrays to a UDF (``arrow_udf``) and returns a DataFrame as an Arrow
 table (``DataFrame.toArrow``). pyspark 3.5 has neither, so there the same Arrow-in/Arrow-out
