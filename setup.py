@@ -53,6 +53,7 @@ setup(
     name="horovod_spark",
     version="0.1.0",
     description="Horovod-style distributed deep learning on Apache Spark",
+    license="Apache-2.0",
     packages=find_packages(include=["horovod_spark", "horovod_spark.*"]),
     ext_modules=[core],
     cmdclass={"build_ext": ParallelBuildExt},
