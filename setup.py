@@ -17,7 +17,7 @@ except ImportError as exc:  # pragma: no cover - explained to the user, not sile
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 # The ranges the library works with, for installing it into an environment of your own. The tests
-# run on the exact versions of requirements.lock / requirements-legacy.lock, and tests/test_locks.py
+# run on the exact versions of requirements.lock / requirements-legacy.lock, and tests/project/test_locks.py
 # checks that both locks satisfy these ranges.
 INSTALL_REQUIRES = ["numpy>=1.26", "cloudpickle>=3.0"]
 EXTRAS_REQUIRE = {

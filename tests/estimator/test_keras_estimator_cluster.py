@@ -6,7 +6,7 @@ import posixpath
 import numpy as np
 import pytest
 
-from keras_estimator_data import accuracy, classification_df, spark_session, two_input_model
+from support.keras_data import accuracy, classification_df, two_input_model
 
 pyspark = pytest.importorskip("pyspark")
 keras = pytest.importorskip("keras")
@@ -20,10 +20,8 @@ WORKERS, CORES = 2, 2
 
 
 @pytest.fixture(scope="module")
-def spark():
-    session = spark_session("local-cluster[%d,%d,1024]" % (WORKERS, CORES), "test_keras_estimator_cluster")
-    yield session
-    session.stop()
+def spark_master():
+    return "local-cluster[%d,%d,1024]" % (WORKERS, CORES)
 
 
 def test_fit_transform_on_two_executors(spark, tmp_path):

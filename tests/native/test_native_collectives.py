@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from support import REPO_ROOT as ROOT
 NATIVE = os.path.join(ROOT, "native")
 TESTS = os.path.join(ROOT, "tests", "native")
 CXX = os.environ.get("CXX", "g++")

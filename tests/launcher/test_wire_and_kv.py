@@ -1,7 +1,6 @@
 """Authenticated framing, the KV service and its client: behaviour and the refusal of bad input."""
 import hashlib
 import hmac
-import logging
 import os
 import pickle
 import random

@@ -132,7 +132,6 @@ def test_random_programs_with_drifting_ranks_give_exact_results(seed):
 def _mismatch_after_early_send():
     import numpy as np
     from horovod_spark.common import basics, ops
-    from horovod_spark.common.exceptions import HorovodCollectiveError
 
     basics.init()
     r, n = basics.rank(), basics.size()

@@ -8,7 +8,7 @@ from horovod_spark.runner.local import run_local
 def _sweep(transport):
     import numpy as np
     from horovod_spark.common import basics, ops
-    import core_reference as ref
+    from support import core_reference as ref
 
     if transport == "mixed":
         ref.pretend_two_hosts()
@@ -101,7 +101,7 @@ def _fused_sweep(transport):
     fused allreduce runs between the tensors' own memory with no fusion-buffer copy."""
     import numpy as np
     from horovod_spark.common import _core, basics, ops
-    import core_reference as ref
+    from support import core_reference as ref
 
     if transport == "mixed":
         ref.pretend_two_hosts()

@@ -32,17 +32,8 @@ cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 
 @pytest.fixture(scope="module")
-def spark():
-    from pyspark.sql import SparkSession
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    session = (SparkSession.builder.master("local[%d]" % SLOTS).appName("test_spark_run")
-               .config("spark.ui.enabled", "false")
-               .config("spark.ui.showConsoleProgress", "false")
-               .config("spark.executorEnv.PYTHONPATH", REPO_ROOT)
-               .getOrCreate())
-    session.sparkContext.setLogLevel("FATAL")
-    yield session
-    session.stop()
+def spark_master():
+    return "local[%d]" % SLOTS
 
 
 def _alive(pid: int) -> bool:

@@ -61,16 +61,8 @@ class FailInEpoch:
 
 
 @pytest.fixture(scope="module")
-def spark():
-    from pyspark.sql import SparkSession
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    session = (SparkSession.builder.master("local[%d]" % NUM_PROC).appName("test_torch_estimator")
-               .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-               .config("spark.executorEnv.PYTHONPATH", REPO_ROOT)
-               .getOrCreate())
-    session.sparkContext.setLogLevel("FATAL")
-    yield session
-    session.stop()
+def spark_master():
+    return "local[%d]" % NUM_PROC
 
 
 def _classification_rows(n, seed=0):

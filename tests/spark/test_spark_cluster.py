@@ -30,25 +30,19 @@ cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 
 @pytest.fixture(scope="module")
-def spark(tmp_path_factory):
-    from pyspark.sql import SparkSession
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+def spark_master():
+    return "local-cluster[%d,%d,1024]" % (WORKERS, CORES)
+
+
+@pytest.fixture(scope="module")
+def spark_conf(tmp_path_factory):
     script = tmp_path_factory.mktemp("gpu") / "discover_gpus.sh"
     script.write_text("#!/bin/sh\necho '%s'\n" % json.dumps({"name": "gpu", "addresses": ["0", "1"]}))
     script.chmod(script.stat().st_mode | stat.S_IXUSR)
-    session = (SparkSession.builder.master("local-cluster[%d,%d,1024]" % (WORKERS, CORES))
-               .appName("test_spark_cluster")
-               .config("spark.ui.enabled", "false")
-               .config("spark.ui.showConsoleProgress", "false")
-               .config("spark.executorEnv.PYTHONPATH", REPO_ROOT)
-               .config("spark.worker.resource.gpu.amount", "2")
-               .config("spark.worker.resource.gpu.discoveryScript", str(script))
-               .config("spark.executor.resource.gpu.amount", "2")
-               .config("spark.task.resource.gpu.amount", "1")
-               .getOrCreate())
-    session.sparkContext.setLogLevel("FATAL")
-    yield session
-    session.stop()
+    return {"spark.worker.resource.gpu.amount": "2",
+            "spark.worker.resource.gpu.discoveryScript": str(script),
+            "spark.executor.resource.gpu.amount": "2",
+            "spark.task.resource.gpu.amount": "1"}
 
 
 def _where():

@@ -27,14 +27,6 @@ cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 
 @pytest.fixture(scope="module")
-def spark():
-    from keras_estimator_data import spark_session
-    session = spark_session("local[2]", "test_petastorm_reader")
-    yield session
-    session.stop()
-
-
-@pytest.fixture(scope="module")
 def store(tmp_path_factory):
     return Store.create(str(tmp_path_factory.mktemp("store")))
 
@@ -164,7 +156,7 @@ def test_both_estimators_train_with_petastorm(spark, tmp_path):
     import torch
 
     from horovod_spark.estimator import KerasEstimator, TorchEstimator
-    from keras_estimator_data import accuracy, classification_df, two_input_model
+    from support.keras_data import accuracy, classification_df, two_input_model
     df = classification_df(spark, n=400).cache()
     keras_model = KerasEstimator(num_proc=2, model=two_input_model(), feature_cols=["vec", "arr"],
                                  label_cols=["label"], batch_size=32, epochs=4, validation=0.2, random_seed=1,

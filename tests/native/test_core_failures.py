@@ -3,12 +3,11 @@ and ranks named (and the engine keeps working), a rank that dies abruptly makes 
 within 10 s, a tensor submitted by only some ranks triggers the stall warning."""
 import json
 import textwrap
-import time
 
 import pytest
 
 from horovod_spark.runner.local import run_local
-from rank_procs import rank_processes
+from support.rank_procs import rank_processes
 
 
 def _mismatches():

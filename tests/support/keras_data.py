@@ -1,6 +1,5 @@
 """Data and models shared by the KerasEstimator test modules (each has its own SparkSession)."""
 import os
-import sys
 
 import numpy as np
 
@@ -8,21 +7,6 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 CLASSES = 3
-
-
-def spark_session(master: str, name: str):
-    from pyspark.sql import SparkSession
-
-    import horovod_spark
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    repo_root = os.path.dirname(os.path.dirname(os.path.abspath(horovod_spark.__file__)))
-    session = (SparkSession.builder.master(master).appName(name)
-               .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-               .config("spark.executorEnv.PYTHONPATH", repo_root)
-               .config("spark.executorEnv.TF_CPP_MIN_LOG_LEVEL", "2")
-               .getOrCreate())
-    session.sparkContext.setLogLevel("FATAL")
-    return session
 
 
 def classification_df(spark, n=600, seed=0):

@@ -26,19 +26,14 @@ cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 
 @pytest.fixture(scope="module")
-def spark():
-    from pyspark.sql import SparkSession
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    session = (SparkSession.builder.master("local-cluster[%d,%d,1024]" % (WORKERS, CORES))
-               .appName("test_torch_estimator_cluster")
-               .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-               .config("spark.executorEnv.PYTHONPATH", REPO_ROOT)
-               # One task slot per executor: two ranks then must run in two different JVMs.
-               .config("spark.task.cpus", str(CORES))
-               .getOrCreate())
-    session.sparkContext.setLogLevel("FATAL")
-    yield session
-    session.stop()
+def spark_master():
+    return "local-cluster[%d,%d,1024]" % (WORKERS, CORES)
+
+
+@pytest.fixture(scope="module")
+def spark_conf():
+    # One task slot per executor: two ranks then must run in two different JVMs.
+    return {"spark.task.cpus": str(CORES)}
 
 
 def _executor_pids(df):

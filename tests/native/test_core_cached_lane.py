@@ -6,7 +6,7 @@ import json
 import textwrap
 
 from horovod_spark.runner.local import run_local
-from rank_procs import rank_processes
+from support.rank_procs import rank_processes
 
 
 def _lane_program():

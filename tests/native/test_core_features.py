@@ -1,7 +1,6 @@
 """Engine features a user relies on: tensor fusion, the response cache, grouped allreduce, join,
 process sets, and the Chrome-trace timeline."""
 import json
-import os
 
 from horovod_spark.runner.local import run_local
 

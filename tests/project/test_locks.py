@@ -10,7 +10,7 @@ from packaging.utils import canonicalize_name
 
 pytestmark = pytest.mark.legacy_stack
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from support import REPO_ROOT as ROOT
 STACKS = [("requirements.in", "requirements.lock"), ("requirements-legacy.in", "requirements-legacy.lock")]
 
 

@@ -13,7 +13,7 @@ import cloudpickle
 import numpy as np
 import pytest
 
-from keras_estimator_data import CLASSES, accuracy, classification_df, spark_session, two_input_model
+from support.keras_data import CLASSES, accuracy, classification_df, two_input_model
 
 pyspark = pytest.importorskip("pyspark")
 keras = pytest.importorskip("keras")
@@ -72,10 +72,8 @@ class TorchStyleCallback:
 
 
 @pytest.fixture(scope="module")
-def spark():
-    session = spark_session("local[%d]" % NUM_PROC, "test_keras_estimator")
-    yield session
-    session.stop()
+def spark_master():
+    return "local[%d]" % NUM_PROC
 
 
 @pytest.fixture(scope="module")

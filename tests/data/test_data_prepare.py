@@ -10,7 +10,7 @@ import pytest
 pyspark = pytest.importorskip("pyspark")
 from pyspark.ml.functions import array_to_vector  # noqa: E402
 from pyspark.ml.linalg import Vectors  # noqa: E402
-from pyspark.sql import SparkSession, functions as F, types as T  # noqa: E402
+from pyspark.sql import functions as F, types as T  # noqa: E402
 
 from horovod_spark.data import load_prepared, make_reader, prepare_data  # noqa: E402
 from horovod_spark.store import Store  # noqa: E402
@@ -20,20 +20,8 @@ pytestmark = [pytest.mark.timeout(300), pytest.mark.legacy_stack]
 
 
 @pytest.fixture(scope="module")
-def spark():
-    os.environ.setdefault("PYSPARK_PYTHON", sys_python())
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys_python())
-    session = (SparkSession.builder.master("local[2]").appName("test_data_prepare")
-               .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-               .config("spark.sql.shuffle.partitions", "4").getOrCreate())
-    session.sparkContext.setLogLevel("ERROR")
-    yield session
-    session.stop()
-
-
-def sys_python():
-    import sys
-    return sys.executable
+def spark_conf():
+    return {"spark.sql.shuffle.partitions": "4"}
 
 
 @pytest.fixture
