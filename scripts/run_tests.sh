@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# The whole test suite: creates or reuses .venv/, builds the core, runs pytest; then creates or
-# reuses .venv-legacy/ (the older stack: pyspark 3.5, pyarrow 14, numpy 1.26, Petastorm; see
-# scripts/venv_legacy.sh) and runs there again the tests marked legacy_stack (data, estimators,
-# Petastorm). Arguments go to both pytest runs. HOROVOD_SPARK_SKIP_LEGACY=1 skips the second.
+# The whole test suite: creates or reuses .venv/, builds the core, runs the linters
+# (scripts/lint.sh) and pytest (listing the slowest tests); then creates or reuses .venv-legacy/
+# (the older stack: pyspark 3.5, pyarrow 14, numpy 1.26, Petastorm; see scripts/venv_legacy.sh)
+# and runs there again the tests marked legacy_stack (data, estimators, Petastorm). Arguments go
+# to both pytest runs. HOROVOD_SPARK_SKIP_LEGACY=1 skips the second.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/venv.sh"
-python -m pytest -q tests "$@"
+bash scripts/lint.sh
+python -m pytest -q --durations=15 tests "$@"
 if [[ "${HOROVOD_SPARK_SKIP_LEGACY:-0}" == "1" ]]; then
   echo "HOROVOD_SPARK_SKIP_LEGACY=1: the older-stack (legacy_stack) tests were not run"
   exit 0

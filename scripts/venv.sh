@@ -11,10 +11,15 @@ source "$root/scripts/locked_venv.sh"
 locked_venv "$root/.venv" "$root/requirements.lock"
 py="$root/.venv/bin/python"
 src_stamp=$(cat setup.py $(find native -type f | sort) | sha256sum | cut -c1-16)
+if [[ ! -f .venv/.installed ]]; then
+  # Once per venv: the editable install (console script, package metadata) builds the core in place.
+  "$py" -m pip install --quiet --no-build-isolation --no-deps -e . >/tmp/horovod_spark_build.log 2>&1 \
+    || { cat /tmp/horovod_spark_build.log; exit 1; }
+  touch .venv/.installed
+  if ls horovod_spark/common/_core*.so >/dev/null 2>&1; then touch .venv/.native-$src_stamp; fi
+fi
 if [[ ! -f .venv/.native-$src_stamp ]] || ! ls horovod_spark/common/_core*.so >/dev/null 2>&1; then
   "$py" setup.py build_ext --inplace -j 2 >/tmp/horovod_spark_build.log 2>&1 || { cat /tmp/horovod_spark_build.log; exit 1; }
-  "$py" -m pip install --quiet --no-build-isolation --no-deps -e . >>/tmp/horovod_spark_build.log 2>&1 \
-    || { cat /tmp/horovod_spark_build.log; exit 1; }
   rm -f .venv/.native-*; touch .venv/.native-$src_stamp
 fi
 export PATH="$root/.venv/bin:$PATH"

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Linters, run by scripts/run_tests.sh before the tests (and usable on their own, after sourcing
+# scripts/venv.sh or with .venv/bin on PATH): ruff over the Python code (rules in pyproject.toml)
+# and clang-format over the C++ core and its tests (style in .clang-format). Exits non-zero, naming
+# the files, when either finds something.
+set -uo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+status=0
+ruff check --quiet . || { echo "ruff found problems (fix: ruff check --fix ., or by hand)"; status=1; }
+mapfile -t cpp < <(find native tests/native -name '*.cc' -o -name '*.h' | sort)
+if ! clang-format --dry-run --Werror "${cpp[@]}" 2>/tmp/horovod_spark_clang_format.log; then
+  grep -o '^[^:]*\.\(cc\|h\)' /tmp/horovod_spark_clang_format.log | sort -u | sed 's/^/not formatted: /'
+  echo "clang-format: run clang-format -i on the files above"
+  status=1
+fi
+[[ $status -eq 0 ]] && echo "lint: ruff and clang-format clean (${#cpp[@]} C++ files)"
+exit $status
