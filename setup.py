@@ -45,5 +45,5 @@ setup(
     cmdclass={"build_ext": ParallelBuildExt},
     python_requires=">=3.9",
     install_requires=["numpy", "cloudpickle"],
-    entry_points={"console_scripts": ["horovod-spark-run = horovod_spark.runner.launch:main"]},
+    entry_points={"console_scripts": ["horovod-spark-run = horovod_spark.launcher.cli:main"]},
 )

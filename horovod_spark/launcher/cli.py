@@ -12,7 +12,9 @@ import sys
 import threading
 from typing import List, Optional, Sequence
 
-from horovod_spark.runner.local import LocalJob
+from horovod_spark.common import config
+from horovod_spark.exceptions import ConfigError
+from horovod_spark.launcher.local_job import LocalJob
 
 PROG = "horovod-spark-run"
 
@@ -45,6 +47,14 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _start_timeout(text: str) -> float:
+    """What HOROVOD_START_TIMEOUT accepts, checked here rather than in every rank."""
+    try:
+        return config.START_TIMEOUT.kind.parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError("%r %s; give %s" % (text, exc, config.START_TIMEOUT.kind.accepts)) from None
+
+
 def _env_assignment(text: str) -> str:
     name, sep, _ = text.partition("=")
     if not sep or not name:
@@ -60,14 +70,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-np", "--num-proc", dest="num_proc", type=_positive_int, metavar="N",
                         help="number of ranks to start (required)")
     parser.add_argument("--timeline-filename", metavar="FILE",
-                        help="record a Horovod timeline to FILE (sets HOROVOD_TIMELINE)")
+                        help="record a Horovod timeline to FILE (sets %s)" % config.TIMELINE.name)
     parser.add_argument("--timeline-mark-cycles", action="store_true",
-                        help="mark engine cycles in the timeline (sets HOROVOD_TIMELINE_MARK_CYCLES=1)")
-    parser.add_argument("--start-timeout", type=_positive_float, metavar="S",
-                        help="seconds hvd.init() waits for every rank (sets HOROVOD_START_TIMEOUT; default 120)")
+                        help="mark engine cycles in the timeline (sets %s=1)" % config.TIMELINE_MARK_CYCLES.name)
+    parser.add_argument("--start-timeout", type=_start_timeout, metavar="S",
+                        help="seconds hvd.init() waits for every rank (sets %s; default %s)"
+                             % (config.START_TIMEOUT.name, config.START_TIMEOUT.describe_default()))
     parser.add_argument("--stall-check-seconds", type=_positive_float, metavar="S",
                         help="warn when a collective waits on some ranks for S seconds "
-                             "(sets HOROVOD_STALL_CHECK_TIME_SECONDS)")
+                             "(sets %s)" % config.STALL_CHECK_TIME_SECONDS.name)
     parser.add_argument("--env", action="append", default=[], type=_env_assignment, metavar="NAME=VALUE",
                         help="set an environment variable for every rank (repeatable)")
     parser.add_argument("--verbose", action="store_true", help="report what the launcher does on stderr")
@@ -82,6 +93,13 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         parser.error("-np N is required (the number of ranks to start)")
     if not args.command:
         parser.error("missing the command to run, e.g. '%s -np %d python train.py'" % (PROG, args.num_proc))
+    for assignment in args.env:
+        name, _, value = assignment.partition("=")
+        if value and name in config.VARIABLES:  # a bad value would fail every rank; say so once, now
+            try:
+                config.VARIABLES[name].parse(value)
+            except ConfigError as exc:
+                parser.error("--env %s" % exc)
     return args
 
 
@@ -89,13 +107,13 @@ def rank_env_overrides(args: argparse.Namespace) -> dict:
     """The variables the options set for every rank (on top of ours and before the rendezvous ones)."""
     env = {}
     if args.timeline_filename:
-        env["HOROVOD_TIMELINE"] = os.path.abspath(args.timeline_filename)
+        env[config.TIMELINE.name] = os.path.abspath(args.timeline_filename)
     if args.timeline_mark_cycles:
-        env["HOROVOD_TIMELINE_MARK_CYCLES"] = "1"
+        env[config.TIMELINE_MARK_CYCLES.name] = "1"
     if args.start_timeout is not None:
-        env["HOROVOD_START_TIMEOUT"] = repr(args.start_timeout)
+        env[config.START_TIMEOUT.name] = repr(args.start_timeout)
     if args.stall_check_seconds is not None:
-        env["HOROVOD_STALL_CHECK_TIME_SECONDS"] = repr(args.stall_check_seconds)
+        env[config.STALL_CHECK_TIME_SECONDS.name] = repr(args.stall_check_seconds)
     for assignment in args.env:
         name, _, value = assignment.partition("=")
         env[name] = value

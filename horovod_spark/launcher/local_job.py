@@ -15,12 +15,12 @@ import uuid
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, TextIO
 
 import horovod_spark
-from horovod_spark.common import rendezvous, wire
+from horovod_spark.common import config, rendezvous, wire
 from horovod_spark.common.kv_client import KVClient
-from horovod_spark.runner import task_main
-from horovod_spark.runner.errors import RankFailedError
-from horovod_spark.runner.kv_server import KVStoreServer
-from horovod_spark.runner.supervisor import RankExit, RankSupervisor
+from horovod_spark.common.kv_server import KVStoreServer
+from horovod_spark.exceptions import RankFailedError
+from horovod_spark.launcher import run_local_rank
+from horovod_spark.launcher.supervisor import RankExit, RankSupervisor
 
 log = logging.getLogger(__name__)
 
@@ -45,17 +45,17 @@ def rank_environment(rank: int, size: int, port: int, secret: bytes, run_scope: 
     """The environment of one local rank: ``base_env`` plus the rendezvous variables."""
     env = dict(base_env)
     env.update({
-        "HOROVOD_RANK": str(rank),
-        "HOROVOD_SIZE": str(size),
-        "HOROVOD_LOCAL_RANK": str(rank),
-        "HOROVOD_LOCAL_SIZE": str(size),
-        "HOROVOD_CROSS_RANK": "0",
-        "HOROVOD_CROSS_SIZE": "1",
-        "HOROVOD_RENDEZVOUS_ADDR": LOCAL_ADDR,
-        "HOROVOD_RENDEZVOUS_PORT": str(port),
-        "HOROVOD_SECRET_KEY": secret.hex(),
-        "HOROVOD_RUN_SCOPE": run_scope,
-        "HOROVOD_HOSTNAME": hostname or socket.gethostname(),
+        config.RANK.name: str(rank),
+        config.SIZE.name: str(size),
+        config.LOCAL_RANK.name: str(rank),
+        config.LOCAL_SIZE.name: str(size),
+        config.CROSS_RANK.name: "0",
+        config.CROSS_SIZE.name: "1",
+        config.RENDEZVOUS_ADDR.name: LOCAL_ADDR,
+        config.RENDEZVOUS_PORT.name: str(port),
+        config.SECRET_KEY.name: secret.hex(),
+        config.RUN_SCOPE.name: run_scope,
+        config.HOSTNAME.name: hostname or socket.gethostname(),
     })
     # Output should reach the launcher line by line, not when a 8 KiB buffer fills.
     env.setdefault("PYTHONUNBUFFERED", "1")
@@ -136,8 +136,8 @@ class LocalJob:
 
 
 def _failure_error(job: LocalJob, failure: RankExit) -> RankFailedError:
-    scope = task_main.launcher_scope(job.run_scope)
-    reported = job.server.get_nowait(scope, task_main.error_key(failure.rank))
+    scope = run_local_rank.launcher_scope(job.run_scope)
+    reported = job.server.get_nowait(scope, run_local_rank.error_key(failure.rank))
     if reported is not None:
         return RankFailedError(failure.rank, failure.returncode, reported.decode("utf-8", "replace"),
                                "rank %d of %d raised an exception; all ranks were stopped"
@@ -166,15 +166,15 @@ def run_local(fn: Callable[..., Any], args: Sequence[Any] = (), kwargs: Optional
     if not callable(fn):
         raise TypeError("run_local needs a callable, got %r" % (fn,))
     payload = cloudpickle.dumps((fn, tuple(args), dict(kwargs or {})))
-    argv = [sys.executable, "-m", "horovod_spark.runner.task_main"]
+    argv = [sys.executable, "-m", "horovod_spark.launcher.run_local_rank"]
     with LocalJob(argv, num_proc, env, stdout=stdout, stderr=stderr, prefix_output=prefix_output) as job:
-        scope = task_main.launcher_scope(job.run_scope)
+        scope = run_local_rank.launcher_scope(job.run_scope)
         with job.client() as client:
-            client.put(scope, task_main.SYS_PATH_KEY, wire.encode_message([p for p in sys.path if p]))
-            client.put_blob(scope, task_main.FN_KEY, payload)
+            client.put(scope, run_local_rank.SYS_PATH_KEY, wire.encode_message([p for p in sys.path if p]))
+            client.put_blob(scope, run_local_rank.FN_KEY, payload)
 
             def all_reported() -> bool:
-                return all(job.server.get_nowait(scope, task_main.result_key(r)) is not None
+                return all(job.server.get_nowait(scope, run_local_rank.result_key(r)) is not None
                            for r in range(num_proc))
 
             try:
@@ -192,9 +192,9 @@ def run_local(fn: Callable[..., Any], args: Sequence[Any] = (), kwargs: Optional
                 raise _failure_error(job, failure)
             results = []
             for rank in range(num_proc):
-                if job.server.get_nowait(scope, task_main.result_key(rank)) is None:
+                if job.server.get_nowait(scope, run_local_rank.result_key(rank)) is None:
                     raise RankFailedError(rank, 0, job.supervisor.stderr_tail(rank),
                                           "rank %d exited with code 0 without reporting a result "
                                           "(did fn call os._exit?)" % rank)
-                results.append(cloudpickle.loads(client.get_blob(scope, task_main.result_key(rank), 30.0)))
+                results.append(cloudpickle.loads(client.get_blob(scope, run_local_rank.result_key(rank), 30.0)))
             return results
