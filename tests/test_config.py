@@ -104,7 +104,7 @@ def test_init_refuses_a_bad_start_timeout_before_starting_anything():
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--env", "HOROVOD_CPU_OPERATIONS=nccl"], "--env HOROVOD_CPU_OPERATIONS='nccl' is not one of mpi, gloo"),
+    (["--env", "HOROVOD_CPU_OPERATIONS=nccl"], "--env: HOROVOD_CPU_OPERATIONS='nccl' is not one of mpi, gloo"),
     (["--start-timeout", "0.5"], "argument --start-timeout: '0.5' is less than 1"),
 ])
 def test_command_line_refuses_bad_values_before_starting_ranks(argv, message):
@@ -112,6 +112,16 @@ def test_command_line_refuses_bad_values_before_starting_ranks(argv, message):
                           env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
     assert message in proc.stderr
+
+
+def test_run_local_and_spark_run_refuse_bad_values_in_env_before_starting_ranks():
+    from horovod_spark.launcher import run_local
+    from horovod_spark.spark.driver import _rank_env
+    with pytest.raises(ConfigError, match="env: HOROVOD_SHM_RING_BYTES='10' is less than 65536"):
+        run_local(print, env={"HOROVOD_SHM_RING_BYTES": "10"})
+    with pytest.raises(ConfigError, match="env: HOROVOD_START_TIMEOUT='soon' is not a number of seconds"):
+        _rank_env({"HOROVOD_START_TIMEOUT": "soon", "OTHER": "x"})
+    assert _rank_env({"HOROVOD_START_TIMEOUT": 30, "OTHER": "x"}) == {"HOROVOD_START_TIMEOUT": "30", "OTHER": "x"}
 
 
 # -- agreement with the native core --------------------------------------------------------------

@@ -169,7 +169,8 @@ class Variable:
         try:
             return self.kind.parse(value)
         except ValueError as exc:
-            unset = ", or unset it (default: %s)" % self.describe_default() if self.default is not None else ""
+            has_default = self.default is not None or self.default_text
+            unset = ", or unset it (default: %s)" % self.describe_default() if has_default else ""
             raise ConfigError("%s=%r %s; set it to %s%s" % (self.name, value, exc, self.kind.accepts, unset)) from None
 
     def get(self, environ: Optional[Mapping[str, str]] = None, default: Any = ...) -> Any:
@@ -224,7 +225,7 @@ RENDEZVOUS_ADDR = _define("HOROVOD_RENDEZVOUS_ADDR", text("a host name or IP add
 RENDEZVOUS_PORT = _define("HOROVOD_RENDEZVOUS_PORT", PORT, None, "The KV service's port." + _SET_BY_LAUNCHERS)
 SECRET_KEY = _define("HOROVOD_SECRET_KEY", HEX_SECRET, None, "The job's secret: every frame to the KV service "
                      "carries its HMAC-SHA256, and the core's peers prove they know it." + _SET_BY_LAUNCHERS)
-RUN_SCOPE = _define("HOROVOD_RUN_SCOPE", text("any text without spaces"), "job", "The job's prefix for its KV keys, "
+RUN_SCOPE = _define("HOROVOD_RUN_SCOPE", text("any text, such as a job id"), "job", "The job's prefix for its KV keys, "
                     "so two jobs on one service never mix." + _SET_BY_LAUNCHERS)
 HOSTNAME = _define("HOROVOD_HOSTNAME", text("a host name"), None, "Which host this rank is on: ranks with equal "
                    "values talk through shared memory and share a local rank numbering. On a Spark executor "
@@ -320,6 +321,17 @@ SPARK_SKIP_LEGACY = _define("HOROVOD_SPARK_SKIP_LEGACY", Kind("1 to skip", lambd
 SPARK_LEGACY_PYTHON = _define("HOROVOD_SPARK_LEGACY_PYTHON", text("the path of a Python interpreter"), None,
                               "The Python of `.venv-legacy`, which runs the older-stack tests. Set by "
                               "`scripts/venv_legacy.sh`.", read_by=SCRIPTS)
+
+
+def check_assignments(env: Mapping[str, str], source: str) -> None:
+    """ConfigError for the first value in ``env`` (variables given to ranks, e.g. ``env=``) that its
+    variable does not accept, prefixed with ``source``: said once, before any rank starts."""
+    for name, value in env.items():
+        if value and name in VARIABLES:
+            try:
+                VARIABLES[name].parse(value)
+            except ConfigError as exc:
+                raise ConfigError("%s: %s" % (source, exc)) from None
 
 
 def table_rows() -> List[str]:

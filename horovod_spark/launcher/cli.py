@@ -93,13 +93,10 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         parser.error("-np N is required (the number of ranks to start)")
     if not args.command:
         parser.error("missing the command to run, e.g. '%s -np %d python train.py'" % (PROG, args.num_proc))
-    for assignment in args.env:
-        name, _, value = assignment.partition("=")
-        if value and name in config.VARIABLES:  # a bad value would fail every rank; say so once, now
-            try:
-                config.VARIABLES[name].parse(value)
-            except ConfigError as exc:
-                parser.error("--env %s" % exc)
+    try:
+        config.check_assignments(dict(a.partition("=")[::2] for a in args.env), "--env")
+    except ConfigError as exc:
+        parser.error(str(exc))
     return args
 
 

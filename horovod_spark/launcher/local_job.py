@@ -91,6 +91,7 @@ class LocalJob:
         self.port: Optional[int] = None
         self.supervisor: Optional[RankSupervisor] = None
         self._extra_env = {str(k): str(v) for k, v in (env or {}).items()}
+        config.check_assignments(self._extra_env, "env")
         self._io = dict(stdout=stdout, stderr=stderr, prefix_output=prefix_output, kill_grace=kill_grace)
 
     def start(self) -> "LocalJob":

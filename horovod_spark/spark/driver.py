@@ -66,6 +66,7 @@ def _rank_env(env) -> Dict[str, str]:
         if not isinstance(k, str) or v is None:
             raise TypeError("env entries must be str -> str (got %r: %r)" % (k, v))
         out[k] = str(v)
+    config.check_assignments(out, "env")
     return out
 
 
