@@ -60,5 +60,5 @@ setup(
     python_requires=">=3.9",
     install_requires=INSTALL_REQUIRES,
     extras_require=EXTRAS_REQUIRE,
-    entry_points={"console_scripts": ["horovod-spark-run = horovod_spark.runner.launch:main"]},
+    entry_points={"console_scripts": ["horovod-spark-run = horovod_spark.launcher.cli:main"]},
 )

@@ -229,7 +229,7 @@ def launch_command(system, nranks, worker_args):
             return None, ("horovod_spark native core not built (no horovod_spark/common/_core*.so); "
                           "run 'pip install -e .' or 'python setup.py build_ext --inplace'")
         runner = tool_path("horovod-spark-run")
-        launcher = [runner] if runner else [py, "-m", "horovod_spark.runner"]
+        launcher = [runner] if runner else [py, "-m", "horovod_spark.launcher"]
         return launcher + ["-np", str(nranks), py, os.path.join(WORKERS, "hs_allreduce.py")] + worker_args, None
     if system == "mpi":
         mpirun = tool_path("mpirun")

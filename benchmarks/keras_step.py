@@ -365,7 +365,7 @@ def main(argv=None):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([REPO] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
     env.pop("HOROVOD_RANK", None)
     records = _run([(_worker_cmd("single", args), env)], args.timeout)
-    launcher = [sys.executable, "-m", "horovod_spark.runner", "-np", "2"]
+    launcher = [sys.executable, "-m", "horovod_spark.launcher", "-np", "2"]
     two = []
     for _ in range(args.repeats):  # alternate, so drifting load on a shared machine hits both
         two += _run([(launcher + _worker_cmd("hvd", args), env)], args.timeout)

@@ -31,7 +31,7 @@ def command(variant, nranks, steps):
     py = sys.executable
     args = ["--steps", str(steps)]
     runner = tool_path("horovod-spark-run")
-    hs_launcher = [runner] if runner else [py, "-m", "horovod_spark.runner"]
+    hs_launcher = [runner] if runner else [py, "-m", "horovod_spark.launcher"]
     if variant == "compute only":
         return hs_launcher + ["-np", str(nranks), py, WORKER, "--mode", "local"] + args
     if variant.startswith("hvd"):

@@ -7,7 +7,7 @@ lazily so that ``import horovod_spark.torch`` (and the core bindings) never impo
 
 def __getattr__(name):
     if name == "run":
-        from horovod_spark.spark.runner import run
+        from horovod_spark.spark.driver import run
         globals()["run"] = run
         return run
     raise AttributeError("module 'horovod_spark' has no attribute %r" % name)

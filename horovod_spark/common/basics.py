@@ -8,15 +8,11 @@ import threading
 from typing import Optional
 
 from horovod_spark.common import _core, rendezvous
-from horovod_spark.common.exceptions import HorovodInternalError
+from horovod_spark.common import config as env_config  # basics.config() is the core's settings
+from horovod_spark.exceptions import ConfigError, HorovodInternalError
 
 _lock = threading.RLock()
 _state = {"topology": None, "generation": 0, "mpi": False, "comm": None}
-
-
-def _env_int(name: str, default: int) -> int:
-    value = os.environ.get(name)
-    return default if value in (None, "") else int(value)
 
 
 def init(comm=None, process_sets=None):
@@ -33,7 +29,7 @@ def init(comm=None, process_sets=None):
         if _core.is_created():
             return
         ident = rendezvous.identity_from(comm)
-        timeout = float(os.environ.get("HOROVOD_START_TIMEOUT", "120"))
+        timeout = env_config.START_TIMEOUT.get()
         port = _core.create(ident.rank, ident.size)
         try:
             mine = rendezvous.PeerRecord(ident.rank, rendezvous.advertised_address(), port,
@@ -52,10 +48,10 @@ def init(comm=None, process_sets=None):
         _state["generation"] += 1
         local_rank, local_size, cross_rank, cross_size = rendezvous.placement(records, ident.rank)
         if ident.source == "env":  # a launcher that knows the real placement may say so
-            local_rank = _env_int("HOROVOD_LOCAL_RANK", local_rank)
-            local_size = _env_int("HOROVOD_LOCAL_SIZE", local_size)
-            cross_rank = _env_int("HOROVOD_CROSS_RANK", cross_rank)
-            cross_size = _env_int("HOROVOD_CROSS_SIZE", cross_size)
+            local_rank = env_config.LOCAL_RANK.get(default=local_rank)
+            local_size = env_config.LOCAL_SIZE.get(default=local_size)
+            cross_rank = env_config.CROSS_RANK.get(default=cross_rank)
+            cross_size = env_config.CROSS_SIZE.get(default=cross_size)
         _state["topology"] = (ident.rank, ident.size, local_rank, local_size, cross_rank, cross_size)
         _state["mpi"] = ident.source == "mpi"
         _state["comm"] = ident.comm
@@ -79,15 +75,11 @@ def _initial_process_sets(process_sets):
 def _wants_mpi_data_plane(ident) -> bool:
     """MPI carries the data when ranks came from MPI, unless HOROVOD_CPU_OPERATIONS (Horovod's
     variable) asks for our own shared-memory/TCP links."""
-    choice = os.environ.get("HOROVOD_CPU_OPERATIONS", "").lower()
-    if choice in ("", "mpi"):
-        if choice == "mpi" and ident.source != "mpi":
-            raise ValueError("HOROVOD_CPU_OPERATIONS=mpi needs ranks started by mpirun or "
-                             "hvd.init(comm=<mpi4py communicator>)")
-        return ident.source == "mpi"
-    if choice in ("gloo", "tcp", "shm"):
-        return False
-    raise ValueError("HOROVOD_CPU_OPERATIONS=%r is not one of mpi, gloo" % choice)
+    choice = env_config.CPU_OPERATIONS.get()
+    if choice == "mpi" and ident.source != "mpi":
+        raise ConfigError("%s=mpi needs ranks started by mpirun or hvd.init(comm=<mpi4py communicator>); "
+                          "unset it or set it to gloo" % env_config.CPU_OPERATIONS.name)
+    return choice != "gloo" and ident.source == "mpi"
 
 
 def shutdown():

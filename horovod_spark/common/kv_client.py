@@ -1,4 +1,4 @@
-"""Client of the authenticated key-value service (``horovod_spark.runner.kv_server``).
+"""Client of the authenticated key-value service (``horovod_spark.common.kv_server``).
 
 Requests and replies are wire messages (``horovod_spark.common.wire``): a request is a tuple
 ``(op, *args)``; a reply is ``("ok", value)`` or ``("err", kind, text)``. Nothing is decoded before
@@ -7,13 +7,13 @@ its frame's MAC verified.
 One client holds one connection, used under a lock: a blocking ``get`` holds it for its whole wait,
 so threads that must not queue behind a long get should each use their own ``KVClient``.
 """
-import os
 import socket
 import threading
 import time
 from typing import Any, Dict, Iterable, List, Optional
 
-from horovod_spark.common import wire
+from horovod_spark.common import config, wire
+from horovod_spark.exceptions import ConfigError, KVError
 
 # Extra seconds a reply may take beyond the server-side wait, so the server's own timeout (with its
 # clear message) fires before our socket timeout does.
@@ -21,10 +21,6 @@ _REPLY_MARGIN = 10.0
 
 # Values above this are split by put_blob into several keys so no frame nears the frame cap.
 BLOB_CHUNK_BYTES = 16 * 1024 * 1024
-
-
-class KVError(RuntimeError):
-    """The service refused or failed a request (not a timeout)."""
 
 
 class KVClient:
@@ -50,13 +46,14 @@ class KVClient:
     @classmethod
     def from_env(cls, environ=None, **kwargs) -> "KVClient":
         """A client for the service named by HOROVOD_RENDEZVOUS_ADDR/PORT and HOROVOD_SECRET_KEY."""
-        env = os.environ if environ is None else environ
-        missing = [v for v in ("HOROVOD_RENDEZVOUS_ADDR", "HOROVOD_RENDEZVOUS_PORT", "HOROVOD_SECRET_KEY")
-                   if not env.get(v)]
+        needed = (config.RENDEZVOUS_ADDR, config.RENDEZVOUS_PORT, config.SECRET_KEY)
+        missing = [v.name for v in needed if not v.is_set(environ)]
         if missing:
-            raise KeyError("rendezvous environment incomplete: %s not set" % ", ".join(missing))
-        return cls(env["HOROVOD_RENDEZVOUS_ADDR"], int(env["HOROVOD_RENDEZVOUS_PORT"]),
-                   bytes.fromhex(env["HOROVOD_SECRET_KEY"]), **kwargs)
+            raise ConfigError("the rendezvous environment is incomplete: %s not set (the launchers, "
+                              "horovod-spark-run, run_local and horovod_spark.run, set them for each rank)"
+                              % ", ".join(missing))
+        addr, port, key = (v.get(environ) for v in needed)
+        return cls(addr, port, key, **kwargs)
 
     def __repr__(self):
         return "KVClient(%s:%d)" % (self.addr, self.port)

@@ -9,8 +9,7 @@ import time
 from typing import Optional, Sequence
 
 from horovod_spark.common import _core
-from horovod_spark.common.exceptions import (HorovodCollectiveError, HorovodInternalError,
-                                             HorovodTimeoutError)
+from horovod_spark.exceptions import HorovodCollectiveError, HorovodInternalError, HorovodTimeoutError
 
 
 class ReduceOp(enum.IntEnum):

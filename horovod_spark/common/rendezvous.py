@@ -13,7 +13,9 @@ import time
 from dataclasses import dataclass
 from typing import List, Optional
 
+from horovod_spark.common import config
 from horovod_spark.common.kv_client import KVClient
+from horovod_spark.exceptions import ConfigError
 
 
 @dataclass
@@ -46,7 +48,7 @@ def identity_from(comm=None, environ=None) -> Identity:
     env = os.environ if environ is None else environ
     if isinstance(comm, (list, tuple)) and not comm:
         comm = None  # Horovod's default: an empty rank list means every rank
-    if comm is None and "HOROVOD_RANK" not in env and any(v in env for v in _MPI_RANK_VARS):
+    if comm is None and not config.RANK.is_set(env) and any(v in env for v in _MPI_RANK_VARS):
         from mpi4py import MPI  # launched by mpirun without our launcher
         comm = MPI.COMM_WORLD
     if comm is not None:
@@ -55,22 +57,18 @@ def identity_from(comm=None, environ=None) -> Identity:
                              "subset pass an mpi4py communicator, e.g. "
                              "MPI.COMM_WORLD.Create_group(MPI.COMM_WORLD.group.Incl(ranks))" % (list(comm),))
         return Identity(comm.Get_rank(), comm.Get_size(), "mpi", comm)
-    if "HOROVOD_RANK" not in env:
+    if not config.RANK.is_set(env):
         return Identity(0, 1, "single")
-    try:
-        rank, size = int(env["HOROVOD_RANK"]), int(env["HOROVOD_SIZE"])
-    except (KeyError, ValueError) as exc:
-        raise ValueError("HOROVOD_RANK/HOROVOD_SIZE must both be integers (set by horovod-spark-run "
-                         "or horovod_spark.run); got %r/%r"
-                         % (env.get("HOROVOD_RANK"), env.get("HOROVOD_SIZE"))) from exc
-    if not 0 <= rank < size:
-        raise ValueError("HOROVOD_RANK=%d is outside [0, HOROVOD_SIZE=%d)" % (rank, size))
+    rank = config.RANK.get(env)
+    size = config.SIZE.require(env, hint="it goes with %s (the launchers set both)" % config.RANK.name)
+    if rank >= size:
+        raise ConfigError("%s=%d is not below %s=%d; a job of N ranks numbers them 0 to N-1"
+                          % (config.RANK.name, rank, config.SIZE.name, size))
     return Identity(rank, size, "env")
 
 
 def host_id(environ=None) -> str:
-    env = os.environ if environ is None else environ
-    return env.get("HOROVOD_HOSTNAME") or socket.gethostname()
+    return config.HOSTNAME.get(environ) or socket.gethostname()
 
 
 def interface_ipv4(name: str) -> Optional[str]:
@@ -89,23 +87,24 @@ def advertised_address(environ=None) -> str:
     """The address of this host that other ranks can reach: that of the first interface named in
     HOROVOD_GLOO_IFACE (Horovod's variable; ``nics=`` of horovod_spark.run sets it) that has one,
     else the interface that routes to the rendezvous service (loopback when it is local)."""
-    env = os.environ if environ is None else environ
-    if env.get("HOROVOD_ADVERTISE_ADDR"):
-        return env["HOROVOD_ADVERTISE_ADDR"]
-    if env.get("HOROVOD_GLOO_IFACE"):
-        nics = [n.strip() for n in env["HOROVOD_GLOO_IFACE"].split(",") if n.strip()]
+    chosen = config.ADVERTISE_ADDR.get(environ)
+    if chosen:
+        return chosen
+    nics = config.GLOO_IFACE.get(environ)
+    if nics:
         for nic in nics:
             addr = interface_ipv4(nic)
             if addr:
                 return addr
         present = ", ".join(name for _, name in socket.if_nameindex())
-        raise ValueError("none of the network interfaces %s (HOROVOD_GLOO_IFACE / nics=) has an IPv4 "
-                         "address on host %s; its interfaces are: %s" % (nics, socket.gethostname(), present))
-    target = env.get("HOROVOD_RENDEZVOUS_ADDR", "127.0.0.1")
+        raise ConfigError("none of the network interfaces %s (%s / nics=) has an IPv4 address on host %s; "
+                          "its interfaces are: %s"
+                          % (list(nics), config.GLOO_IFACE.name, socket.gethostname(), present))
+    target = config.RENDEZVOUS_ADDR.get(environ) or "127.0.0.1"
     if target.startswith("127.") or target == "localhost":
         return "127.0.0.1"
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.connect((target, int(env.get("HOROVOD_RENDEZVOUS_PORT", "1"))))  # no packet is sent
+        s.connect((target, config.RENDEZVOUS_PORT.get(environ) or 1))  # no packet is sent
         return s.getsockname()[0]
 
 
@@ -167,23 +166,22 @@ def exchange_records(ident: Identity, mine: PeerRecord, generation: int, timeout
     """Every rank's record, by rank, and a token all ranks share (derived from the job secret) that
     the core uses to refuse connections from anything but its peers. Fails fast when a rank the
     others wait for has ended without calling hvd.init(), and says whom it waits for meanwhile."""
-    env = os.environ if environ is None else environ
     if ident.source == "single":
         return [mine], hashlib.sha256(os.urandom(16)).hexdigest()
     if ident.source == "mpi":
         records = [PeerRecord.decode(b) for b in ident.comm.allgather(mine.encode())]
         token = ident.comm.bcast(hashlib.sha256(os.urandom(32)).hexdigest(), root=0)
         return records, token
-    run_scope = env.get("HOROVOD_RUN_SCOPE", "job")
+    run_scope = config.RUN_SCOPE.get(environ)
     scope = "%s.init.%d" % (run_scope, generation)
-    client = KVClient.from_env(env)
+    client = KVClient.from_env(environ)
     try:
         client.put(scope, _rank_key(ident.rank), mine.encode())
         values = _wait_for_ranks(client, scope, run_scope, ident, timeout)
     finally:
         client.close()
     records = [PeerRecord.decode(values[_rank_key(r)]) for r in range(ident.size)]
-    secret = bytes.fromhex(env["HOROVOD_SECRET_KEY"])
+    secret = config.SECRET_KEY.require(environ)
     token = hashlib.sha256(secret + scope.encode()).hexdigest()
     return records, token
 

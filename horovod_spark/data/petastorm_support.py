@@ -8,11 +8,9 @@ Petastorm on a rank.
 """
 import importlib
 
+from horovod_spark.exceptions import PetastormUnavailableError
+
 TESTED = "petastorm 0.12.1 with pyarrow 14.0.2, numpy 1.26.4, pandas 2.3.3, pyspark 3.5.9"
-
-
-class PetastormUnavailableError(ImportError):
-    """data_module='petastorm' was asked for where Petastorm cannot be imported."""
 
 
 def _version(module_name: str) -> str:

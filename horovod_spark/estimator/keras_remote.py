@@ -14,6 +14,8 @@ import warnings
 
 import numpy as np
 
+from horovod_spark.common import config
+
 from .common.checkpoint import CheckpointStore
 from .common.history import History
 from .common.progress_rank import ProgressReporter
@@ -37,8 +39,8 @@ def train(spec):
 def _configure_tensorflow(use_gpu: bool) -> None:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import tensorflow as tf
-    local_size = int(os.environ.get("HOROVOD_LOCAL_SIZE", "1") or 1)
-    local_rank = int(os.environ.get("HOROVOD_LOCAL_RANK", "0") or 0)
+    local_size = config.LOCAL_SIZE.get(default=1)
+    local_rank = config.LOCAL_RANK.get(default=0)
     try:
         # Ranks sharing a host would otherwise each start a thread per core and fight over them.
         threads = max(1, (os.cpu_count() or 1) // max(1, local_size))

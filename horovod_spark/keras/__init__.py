@@ -14,9 +14,9 @@ from horovod_spark.common.basics import (ccl_built, cross_rank, cross_size, cuda
                                          gloo_enabled, is_homogeneous, is_initialized, local_rank, local_size,
                                          mpi_built, mpi_enabled, mpi_threads_supported, nccl_built, rank,
                                          rocm_built, size, start_timeline, stop_timeline)
-from horovod_spark.common.exceptions import HorovodInternalError
 from horovod_spark.common.process_sets import (ProcessSet, add_process_set, global_process_set,
                                                remove_process_set)
+from horovod_spark.exceptions import HorovodInternalError
 from horovod_spark.keras import callbacks
 from horovod_spark.keras.ops import allgather, allreduce, broadcast, broadcast_global_variables, reducescatter
 from horovod_spark.keras.optimizer import DistributedOptimizer, PartialDistributedOptimizer

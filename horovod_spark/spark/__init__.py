@@ -1,14 +1,15 @@
 """Run Horovod-style training functions as Spark barrier tasks: ``horovod_spark.spark.run``.
 
-Names resolve lazily so that rank processes, which import ``horovod_spark.spark.task_main``, do
-not pay for importing pyspark.
+Names resolve lazily so that rank processes, which import ``horovod_spark.spark.rank_main``, do
+not pay for importing pyspark. The exceptions are those of ``horovod_spark.exceptions``; this
+package's ``RankFailedError`` is its ``SparkRankFailedError``.
 """
 _EXPORTS = {
-    "run": ("runner", "run"),
-    "HorovodSparkError": ("errors", "HorovodSparkError"),
-    "RankFailedError": ("errors", "RankFailedError"),
-    "StartTimeoutError": ("errors", "StartTimeoutError"),
-    "get_available_devices": ("gpus", "get_available_devices"),
+    "run": (".driver", "run"),
+    "HorovodSparkError": ("horovod_spark.exceptions", "HorovodSparkError"),
+    "RankFailedError": ("horovod_spark.exceptions", "SparkRankFailedError"),
+    "StartTimeoutError": ("horovod_spark.exceptions", "StartTimeoutError"),
+    "get_available_devices": (".gpus", "get_available_devices"),
 }
 
 __all__ = sorted(_EXPORTS)
@@ -19,6 +20,6 @@ def __getattr__(name):
         raise AttributeError("module %r has no attribute %r" % (__name__, name))
     import importlib
     module, attr = _EXPORTS[name]
-    value = getattr(importlib.import_module("." + module, __name__), attr)
+    value = getattr(importlib.import_module(module, __name__), attr)
     globals()[name] = value
     return value

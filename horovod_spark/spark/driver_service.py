@@ -17,8 +17,8 @@ Ops added (all arguments are plain wire values; nothing is unpickled):
 import time
 from typing import Callable, Dict, List, Optional, Tuple
 
+from horovod_spark.common.kv_server import KVStoreServer, RequestError
 from horovod_spark.common.rendezvous import note_rank_exit
-from horovod_spark.runner.kv_server import KVStoreServer, RequestError
 
 STREAMS = ("stdout", "stderr")
 

@@ -1,8 +1,7 @@
 """GPU assignment as seen from inside a rank."""
-import os
 from typing import List
 
-ASSIGNED_GPUS_ENV = "HOROVOD_SPARK_GPUS"
+from horovod_spark.common import config
 
 
 def get_available_devices() -> List[str]:
@@ -12,4 +11,4 @@ def get_available_devices() -> List[str]:
     cuda:0, cuda:1, ...; without Spark GPU scheduling this is empty and ranks pick a device by
     ``hvd.local_rank()``.
     """
-    return [d for d in os.environ.get(ASSIGNED_GPUS_ENV, "").split(",") if d]
+    return list(config.SPARK_GPUS.get())

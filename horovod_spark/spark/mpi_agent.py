@@ -7,14 +7,13 @@ that task, then mirror the daemon's lifetime and exit status as ssh would: mpiru
 agent exiting as the daemon exiting. The driver's address and secret come from the environment
 mpirun inherited from run(), never from the command line (visible in ps).
 """
-import os
 import re
 import sys
 
+from horovod_spark.common import config
 from horovod_spark.common.kv_client import KVClient
 
 HOST_PATTERN = re.compile(r"^hs-rank-(\d+)$")
-ADDR_ENV, PORT_ENV, KEY_ENV = "HOROVOD_SPARK_AGENT_ADDR", "HOROVOD_SPARK_AGENT_PORT", "HOROVOD_SPARK_AGENT_KEY"
 _WAIT_S = 30.0
 
 
@@ -34,7 +33,9 @@ def main(argv) -> int:
     rank = int(match.group(1))
     # ssh semantics: the remote shell parses the words joined by spaces.
     command = " ".join(argv[2:])
-    client = KVClient(os.environ[ADDR_ENV], int(os.environ[PORT_ENV]), bytes.fromhex(os.environ[KEY_ENV]))
+    hint = "horovod_spark.run sets it for mpirun in MPI mode"
+    client = KVClient(config.SPARK_AGENT_ADDR.require(hint=hint), config.SPARK_AGENT_PORT.require(hint=hint),
+                      config.SPARK_AGENT_KEY.require(hint=hint))
     try:
         seq = client.request("mpi_exec", rank, ["/bin/sh", "-c", command], {})
         while True:

@@ -18,21 +18,31 @@ import time
 from collections import deque
 from typing import List, Optional, Sequence
 
-from .errors import HorovodSparkError
-from .mpi_agent import ADDR_ENV, KEY_ENV, PORT_ENV, host_name
+from horovod_spark.common import config
+from horovod_spark.exceptions import ConfigError, HorovodSparkError
+
+from .mpi_agent import host_name
 
 _TAG = re.compile(rb"^\[\d+,(\d+)\]<(stdout|stderr)>:(.*)$", re.S)
 _TAIL_LINES = 40
 
 
+def _is_executable(path: str) -> bool:
+    return os.path.isfile(path) and os.access(path, os.X_OK)
+
+
 def _mpirun() -> str:
-    candidates = [os.environ.get("HOROVOD_SPARK_MPIRUN"), shutil.which("mpirun"),
-                  os.path.join(os.path.dirname(sys.executable), "mpirun")]
-    for path in candidates:
-        if path and os.path.isfile(path) and os.access(path, os.X_OK):
+    chosen = config.SPARK_MPIRUN.get()
+    if chosen is not None:
+        if not _is_executable(chosen):
+            raise ConfigError("%s=%r is not an executable file; set it to %s, or unset it to use mpirun on PATH"
+                              % (config.SPARK_MPIRUN.name, chosen, config.SPARK_MPIRUN.kind.accepts))
+        return chosen
+    for path in (shutil.which("mpirun"), os.path.join(os.path.dirname(sys.executable), "mpirun")):
+        if path and _is_executable(path):
             return path
-    raise HorovodSparkError("use_mpi=True needs Open MPI's mpirun on the driver (PATH or "
-                            "HOROVOD_SPARK_MPIRUN)")
+    raise HorovodSparkError("use_mpi=True needs Open MPI's mpirun on the driver (PATH or %s)"
+                            % config.SPARK_MPIRUN.name)
 
 
 def _major_version(mpirun: str) -> int:
@@ -58,7 +68,8 @@ class MpiLauncher:
         self._env = dict(os.environ)
         agent = "%s -m horovod_spark.spark.mpi_agent" % sys.executable
         self._env.update({
-            ADDR_ENV: driver_addr, PORT_ENV: str(service.port), KEY_ENV: key.hex(),
+            config.SPARK_AGENT_ADDR.name: driver_addr, config.SPARK_AGENT_PORT.name: str(service.port),
+            config.SPARK_AGENT_KEY.name: key.hex(),
             # Open MPI 4 (orte) and 5 (prte) spell the launcher settings differently; each
             # ignores the other's.
             "OMPI_MCA_plm_rsh_agent": agent, "OMPI_MCA_plm_rsh_no_tree_spawn": "1",
@@ -85,7 +96,7 @@ class MpiLauncher:
         if self._nics:
             cmd += ["--mca", "btl_tcp_if_include", ",".join(self._nics)]
         cmd += self._extra_args  # (last before the program, so they may override the above)
-        cmd += [python, "-m", "horovod_spark.spark.task_main"]
+        cmd += [python, "-m", "horovod_spark.spark.rank_main"]
         return cmd
 
     def poll(self) -> None:

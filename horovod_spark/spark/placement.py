@@ -6,13 +6,11 @@ with the same local_rank on the other hosts, hosts ordered by their lowest rank.
 the core derives itself from HOROVOD_HOSTNAME, so the runner exports the host key as
 HOROVOD_HOSTNAME and the two can never disagree.
 """
-import os
 import socket
 from dataclasses import dataclass
 from typing import Dict, List, Sequence
 
-HOST_KEY_ENV = "HOROVOD_SPARK_HOST_KEY"
-HOST_KEY_MODES = ("hostname", "executor")
+from horovod_spark.common import config
 
 
 @dataclass(frozen=True)
@@ -27,21 +25,14 @@ class Placement:
 
     def env(self) -> Dict[str, str]:
         return {
-            "HOROVOD_RANK": str(self.rank),
-            "HOROVOD_SIZE": str(self.size),
-            "HOROVOD_LOCAL_RANK": str(self.local_rank),
-            "HOROVOD_LOCAL_SIZE": str(self.local_size),
-            "HOROVOD_CROSS_RANK": str(self.cross_rank),
-            "HOROVOD_CROSS_SIZE": str(self.cross_size),
-            "HOROVOD_HOSTNAME": self.host,
+            config.RANK.name: str(self.rank),
+            config.SIZE.name: str(self.size),
+            config.LOCAL_RANK.name: str(self.local_rank),
+            config.LOCAL_SIZE.name: str(self.local_size),
+            config.CROSS_RANK.name: str(self.cross_rank),
+            config.CROSS_SIZE.name: str(self.cross_size),
+            config.HOSTNAME.name: self.host,
         }
-
-
-def host_key_mode(value) -> str:
-    mode = (value or "hostname").strip().lower()
-    if mode not in HOST_KEY_MODES:
-        raise ValueError("%s=%r: expected one of %s" % (HOST_KEY_ENV, value, ", ".join(HOST_KEY_MODES)))
-    return mode
 
 
 def host_key(mode: str, executor_address: str) -> str:
@@ -52,7 +43,7 @@ def host_key(mode: str, executor_address: str) -> str:
     share a hostname but not /dev/shm. Mode "executor" makes every executor its own host for the
     same reason, without per-executor configuration.
     """
-    base = os.environ.get("HOROVOD_HOSTNAME") or socket.gethostname()
+    base = config.HOSTNAME.get() or socket.gethostname()
     if mode == "executor":
         return "%s/%s" % (base, executor_address)
     return base

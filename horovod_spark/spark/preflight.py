@@ -12,7 +12,8 @@ from typing import Optional
 
 import cloudpickle
 
-from .errors import HorovodSparkError
+from horovod_spark.common import config
+from horovod_spark.exceptions import HorovodSparkError
 
 _LOCAL = re.compile(r"^local(?:\[(\*|\d+)(?:\s*,\s*\d+)?\])?$")
 _LOCAL_CLUSTER = re.compile(r"^local-cluster\[\s*(\d+)\s*,\s*(\d+)\s*,\s*(\d+)\s*\]$")
@@ -146,7 +147,7 @@ def check_cluster(sc, num_proc: int, log) -> None:
             "Spark does not run barrier jobs with dynamic allocation "
             "(spark.dynamicAllocation.enabled=true); disable it (on Databricks: turn off "
             "autoscaling) and give the cluster at least num_proc=%d task slots." % num_proc)
-    wait_s = float(os.environ.get("HOROVOD_SPARK_SLOT_WAIT", "10"))
+    wait_s = config.SPARK_SLOT_WAIT.get()
     slots = available_slots(sc, num_proc, wait_s)
     task_cpus = int(conf.get("spark.task.cpus", "1"))
     if slots < num_proc:

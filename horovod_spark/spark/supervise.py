@@ -10,8 +10,9 @@ from typing import Any, List
 
 import cloudpickle
 
+from horovod_spark.exceptions import HorovodSparkError, SparkRankFailedError, StartTimeoutError
+
 from .driver_service import DriverService
-from .errors import HorovodSparkError, RankFailedError, StartTimeoutError
 from .job import BarrierJob
 
 _STAGE_POLL_S = 1.0
@@ -98,7 +99,7 @@ _CONSEQUENTIAL = ("HorovodInternalError",)
 _ROOT_CAUSE_WAIT_S = 0.5
 
 
-def _rank_failure(service: DriverService, job: BarrierJob) -> RankFailedError:
+def _rank_failure(service: DriverService, job: BarrierJob) -> SparkRankFailedError:
     # Cancel before aborting: the DAGScheduler then fails the job before any aborted task can
     # return, so Spark never records a "successful" job or retries the stage.
     if not job.done:
@@ -113,7 +114,7 @@ def _rank_failure(service: DriverService, job: BarrierJob) -> RankFailedError:
         failures = list(service.failures)
     first = next((f for f in failures if f["exc_type"] not in _CONSEQUENTIAL), failures[0])
     others = {f["rank"]: f["exc_type"] for f in failures if f is not first}
-    return RankFailedError(first["rank"], first["exc_type"], first["message"], first["traceback"],
+    return SparkRankFailedError(first["rank"], first["exc_type"], first["message"], first["traceback"],
                            job.group, first["host"], others)
 
 

@@ -17,11 +17,10 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
-from horovod_spark.common import wire
+from horovod_spark.common import config, wire
 from horovod_spark.common.kv_client import KVClient
 
 from . import placement as placement_mod
-from .gpus import ASSIGNED_GPUS_ENV
 from .mpi_task import MpiDaemonSlot
 from .rank_process import RankProcess
 from .task_control import TaskControl
@@ -117,28 +116,28 @@ def rank_env(spec: TaskSpec, addr: str, place: placement_mod.Placement, gpus: Li
     env.update(spec.env)
     env.update(place.env())
     env.update({
-        "HOROVOD_RENDEZVOUS_ADDR": addr,
-        "HOROVOD_RENDEZVOUS_PORT": str(spec.port),
-        "HOROVOD_SECRET_KEY": spec.key.hex(),
-        "HOROVOD_RUN_SCOPE": spec.job_id,
-        "HOROVOD_SPARK_WORKDIR": workdir,
+        config.RENDEZVOUS_ADDR.name: addr,
+        config.RENDEZVOUS_PORT.name: str(spec.port),
+        config.SECRET_KEY.name: spec.key.hex(),
+        config.RUN_SCOPE.name: spec.job_id,
+        config.SPARK_WORKDIR.name: workdir,
         "PYTHONUNBUFFERED": "1",  # lines reach the driver as they are printed, not at exit
     })
-    env.setdefault("HOROVOD_START_TIMEOUT", str(int(max(spec.start_timeout, 1))))
+    env.setdefault(config.START_TIMEOUT.name, str(int(max(spec.start_timeout, 1))))
     if spec.use_mpi:
         # Under mpirun the rank's identity comes from MPI (hvd.init() then rendezvous over
-        # mpi4py); the task_main checks it matches the partition. The rank's parent is mpirun's
+        # mpi4py); rank_main checks it matches the partition. The rank's parent is mpirun's
         # daemon, not us, so there is no parent pid to check.
-        for name in ("HOROVOD_RANK", "HOROVOD_SIZE"):
-            env.pop(name)
-        env["HOROVOD_SPARK_EXPECTED_RANK"] = str(place.rank)
-        env["HOROVOD_SPARK_EXPECTED_SIZE"] = str(place.size)
+        for variable in (config.RANK, config.SIZE):
+            env.pop(variable.name)
+        env[config.SPARK_EXPECTED_RANK.name] = str(place.rank)
+        env[config.SPARK_EXPECTED_SIZE.name] = str(place.size)
     else:
-        env["HOROVOD_SPARK_PARENT_PID"] = str(os.getpid())
+        env[config.SPARK_PARENT_PID.name] = str(os.getpid())
     if gpus:
         # Spark scheduled these GPUs to this task: the rank sees only them (as cuda:0, ...).
         env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
-        env[ASSIGNED_GPUS_ENV] = ",".join(gpus)
+        env[config.SPARK_GPUS.name] = ",".join(gpus)
     return env
 
 
@@ -202,7 +201,7 @@ def run_task(spec: TaskSpec, _iterator):
                 raise TimeoutError("mpirun did not start its daemon in the task of rank %d within "
                                    "start_timeout (%.3g s)" % (partition, spec.start_timeout))
         else:
-            proc = RankProcess([spec.python, "-m", "horovod_spark.spark.task_main", workdir],
+            proc = RankProcess([spec.python, "-m", "horovod_spark.spark.rank_main", workdir],
                                env, shipper)
         control.watch(proc)
         while proc.wait(1.0) is None:

@@ -8,10 +8,6 @@ INTERMEDIATE_DATA = "intermediate_data"
 RUNS = "runs"
 
 
-class StoreConnectionError(ConnectionError):
-    """The store's filesystem could not be reached (no client library, unreachable service...)."""
-
-
 class Store:
     """Base class. Paths handed out and accepted are *store paths*: in the same form as the root
     (a local path, or a URL such as ``hdfs://nn:8020/a/b``). A relative path is taken relative to

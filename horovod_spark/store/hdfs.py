@@ -2,7 +2,8 @@
 from typing import Dict, Optional
 from urllib.parse import urlparse
 
-from horovod_spark.store.base import Store, StoreConnectionError
+from horovod_spark.exceptions import StoreConnectionError
+from horovod_spark.store.base import Store
 
 
 class HDFSStore(Store):

@@ -14,9 +14,9 @@ from horovod_spark.common.basics import (ccl_built, cross_rank, cross_size, cuda
                                          gloo_enabled, is_homogeneous, is_initialized, local_rank, local_size,
                                          mpi_built, mpi_enabled, mpi_threads_supported, nccl_built, rank,
                                          rocm_built, size, start_timeline, stop_timeline)
-from horovod_spark.common.exceptions import HorovodInternalError
 from horovod_spark.common.process_sets import (ProcessSet, add_process_set, global_process_set,
                                                remove_process_set)
+from horovod_spark.exceptions import HorovodInternalError
 from horovod_spark.tensorflow._control import (barrier, init, join, local_rank_op, local_size_op,
                                                process_set_included_op, rank_op, shutdown, size_op)
 from horovod_spark.tensorflow._op_args import Adasum, Average, Max, Min, Product, Sum

@@ -9,9 +9,9 @@ from horovod_spark.common.basics import (cross_rank, cross_size, cuda_built, glo
                                          is_homogeneous, is_initialized, local_rank, local_size, mpi_built,
                                          mpi_enabled, mpi_threads_supported, nccl_built, rank, size,
                                          start_timeline, stop_timeline)
-from horovod_spark.common.exceptions import HorovodInternalError
 from horovod_spark.common.process_sets import (ProcessSet, add_process_set, global_process_set,
                                                remove_process_set)
+from horovod_spark.exceptions import HorovodInternalError
 from horovod_spark.torch._autograd import (HorovodAllgather, HorovodAllreduce, HorovodAlltoall,
                                            HorovodBroadcast, HorovodGroupedAllgather,
                                            HorovodGroupedAllreduce, HorovodGroupedReducescatter,

@@ -10,7 +10,7 @@ import os
 import numpy as np
 import pytest
 
-from horovod_spark.runner.local import run_local
+from horovod_spark.launcher import run_local
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -9,7 +9,7 @@ import os
 import numpy as np
 import pytest
 
-from horovod_spark.runner.local import run_local
+from horovod_spark.launcher import run_local
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -77,7 +77,7 @@ def _embedding_grads(hvd, tf, keras, emb, rank):
 
 
 def _errors(hvd, tf, rank):
-    from horovod_spark.common.exceptions import HorovodCollectiveError
+    from horovod_spark.exceptions import HorovodCollectiveError
     found = {}
     for label, bad in [("dict", {"a": 1}), ("none", None), ("string", "text"), ("object", object())]:
         try:

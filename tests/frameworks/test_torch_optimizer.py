@@ -12,7 +12,7 @@ import warnings
 import pytest
 import torch
 
-from horovod_spark.runner.local import run_local
+from horovod_spark.launcher import run_local
 
 RANK_TIMEOUT = 150
 STEPS = 4

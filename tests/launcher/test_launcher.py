@@ -12,9 +12,9 @@ import time
 import pytest
 
 import horovod_spark
-from horovod_spark.runner import launch
-from horovod_spark.runner.errors import RankFailedError
-from horovod_spark.runner.local import run_local
+from horovod_spark.launcher import cli
+from horovod_spark.exceptions import RankFailedError
+from horovod_spark.launcher import run_local
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -177,7 +177,7 @@ def test_run_local_rejects_bad_arguments():
 def _cli(*args, **popen_kwargs):
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([REPO_ROOT] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
-    return subprocess.Popen([sys.executable, "-m", "horovod_spark.runner"] + list(args), env=env,
+    return subprocess.Popen([sys.executable, "-m", "horovod_spark.launcher"] + list(args), env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen_kwargs)
 
 
@@ -268,6 +268,6 @@ def test_cli_signal_leaves_no_ranks(tmp_path, sig, code):
 ])
 def test_cli_rejects_bad_arguments(capsys, argv, message):
     with pytest.raises(SystemExit) as info:
-        launch.main(argv)
+        cli.main(argv)
     assert info.value.code == 2
     assert message in capsys.readouterr().err

@@ -13,7 +13,7 @@ import pytest
 
 from horovod_spark.common import wire
 from horovod_spark.common.kv_client import KVClient, KVError
-from horovod_spark.runner.kv_server import KVStoreServer
+from horovod_spark.common.kv_server import KVStoreServer
 
 pytestmark = pytest.mark.timeout(30)
 

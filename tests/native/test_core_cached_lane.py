@@ -5,14 +5,14 @@ as a mismatch, a late rank triggers the stall warning, a rank that joins contrib
 import json
 import textwrap
 
-from horovod_spark.runner.local import run_local
+from horovod_spark.launcher import run_local
 from support.rank_procs import rank_processes
 
 
 def _lane_program():
     import numpy as np
     from horovod_spark.common import _core, basics, ops
-    from horovod_spark.common.exceptions import HorovodCollectiveError
+    from horovod_spark.exceptions import HorovodCollectiveError
 
     def _allreduce(name, values):
         return ops.allreduce_async(name, values.ctypes.data, values.ctypes.data, "float32", values.shape, ops.Sum)
@@ -112,7 +112,7 @@ def _random_steps():
 
     import numpy as np
     from horovod_spark.common import basics, ops
-    from horovod_spark.common.exceptions import HorovodCollectiveError
+    from horovod_spark.exceptions import HorovodCollectiveError
 
     basics.init()
     r, n = basics.rank(), basics.size()

@@ -2,7 +2,7 @@
 against numpy on the raw-buffer API of the core (no framework in between)."""
 import pytest
 
-from horovod_spark.runner.local import run_local
+from horovod_spark.launcher import run_local
 
 
 def _sweep(transport):

@@ -6,14 +6,14 @@ import textwrap
 
 import pytest
 
-from horovod_spark.runner.local import run_local
+from horovod_spark.launcher import run_local
 from support.rank_procs import rank_processes
 
 
 def _mismatches():
     import numpy as np
     from horovod_spark.common import basics, ops
-    from horovod_spark.common.exceptions import HorovodCollectiveError
+    from horovod_spark.exceptions import HorovodCollectiveError
 
     basics.init()
     r = basics.rank()
@@ -68,7 +68,7 @@ DIE_CODE = textwrap.dedent("""
     import json, os, sys, time
     import numpy as np
     from horovod_spark.common import basics, ops
-    from horovod_spark.common.exceptions import HorovodInternalError
+    from horovod_spark.exceptions import HorovodInternalError
     basics.init()
     x = np.ones(1 << 16, np.float32)
     ops.wait(ops.allreduce_async("warm", x.ctypes.data, x.ctypes.data, "float32", x.shape, ops.Sum))
@@ -131,8 +131,8 @@ def test_stall_warning_names_tensor_and_missing_ranks():
 @pytest.mark.parametrize("env, error", [
     # the rendezvous service is gone (a driver that died): refused connection
     ({"HOROVOD_RENDEZVOUS_PORT": "1"}, "ConnectionError"),
-    # nics= naming an interface this host does not have
-    ({"HOROVOD_GLOO_IFACE": "nosuchnic0"}, "ValueError"),
+    # nics= naming an interface this host does not have (ConfigError: a ValueError naming the variable)
+    ({"HOROVOD_GLOO_IFACE": "nosuchnic0"}, "ConfigError"),
 ])
 def test_init_failing_before_the_links_exist_raises_cleanly(env, error):
     """hvd.init() that fails after creating the core but before connecting it raises a Python

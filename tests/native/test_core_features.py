@@ -2,7 +2,7 @@
 process sets, and the Chrome-trace timeline."""
 import json
 
-from horovod_spark.runner.local import run_local
+from horovod_spark.launcher import run_local
 
 
 def _features(timeline_path):

@@ -8,8 +8,8 @@ process sets that only some ranks belong to.
 """
 import pytest
 
-from horovod_spark.common.exceptions import HorovodCollectiveError  # noqa: F401  (used on ranks)
-from horovod_spark.runner.local import run_local
+from horovod_spark.exceptions import HorovodCollectiveError  # noqa: F401  (used on ranks)
+from horovod_spark.launcher import run_local
 
 TIMEOUT = 150
 
@@ -132,6 +132,7 @@ def test_random_programs_with_drifting_ranks_give_exact_results(seed):
 def _mismatch_after_early_send():
     import numpy as np
     from horovod_spark.common import basics, ops
+    from horovod_spark.exceptions import HorovodCollectiveError
 
     basics.init()
     r, n = basics.rank(), basics.size()

@@ -7,8 +7,8 @@ import sys
 import uuid
 from contextlib import contextmanager
 
-from horovod_spark.runner.kv_server import KVStoreServer
-from horovod_spark.runner.local import rank_environment
+from horovod_spark.common.kv_server import KVStoreServer
+from horovod_spark.launcher.local_job import rank_environment
 
 
 @contextmanager

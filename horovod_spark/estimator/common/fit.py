@@ -11,8 +11,8 @@ import sys
 import uuid
 from dataclasses import dataclass
 
+from horovod_spark.exceptions import HorovodSparkError
 from horovod_spark.spark import preflight
-from horovod_spark.spark.errors import HorovodSparkError
 
 from .checkpoint import CheckpointStore
 from .checks import check_common

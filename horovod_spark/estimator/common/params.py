@@ -136,7 +136,7 @@ class ModelParams(ColumnParams):
 # Parameters of horovod.spark's estimators that this project does not have, and what to do
 # instead, so a ported script learns it from the error rather than from Python's bare
 # "unexpected keyword argument".
-HOROVOD_ONLY_PARAMS = {
+PARAMS_ONLY_IN_HOROVOD = {
     "shuffle_buffer_size": "pass shuffle=<rows> (a shuffle buffer size in rows) or shuffle=True",
     "backend": "ranks always run as one Spark barrier stage through horovod_spark.run; drop it",
     "loss_weights": "several label columns' losses are summed; weight them inside your loss function",
@@ -157,6 +157,6 @@ def refuse_unknown_params(owner: str, unknown: dict) -> None:
     """ValueError naming each keyword ``owner`` does not take, with the advice for Horovod's."""
     if not unknown:
         return
-    lines = ["%s=: %s" % (k, HOROVOD_ONLY_PARAMS.get(k, "not a parameter of %s" % owner)) for k in sorted(unknown)]
+    lines = ["%s=: %s" % (k, PARAMS_ONLY_IN_HOROVOD.get(k, "not a parameter of %s" % owner)) for k in sorted(unknown)]
     raise ValueError("%s does not take %s" % (owner, "; ".join(lines)))
 

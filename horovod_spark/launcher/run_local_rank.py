@@ -1,14 +1,13 @@
-"""Rank-side entry of ``run_local``: ``python -m horovod_spark.runner.task_main``.
+"""Rank-side entry of ``run_local``: ``python -m horovod_spark.launcher.run_local_rank``.
 
 Fetches the cloudpickled ``(fn, args, kwargs)`` from the job's KV service (authenticated with
 HOROVOD_SECRET_KEY), runs it, and publishes the cloudpickled result, or the formatted traceback,
 under ``<HOROVOD_RUN_SCOPE>.launcher``. Exit code 0 means a result was published, 1 an error.
 """
-import os
 import sys
 import traceback
 
-# Keys in the launcher scope; the driver side (local.py) reads the same names.
+# Keys in the launcher scope; the driver side (local_job.py) reads the same names.
 FN_KEY = "fn"
 SYS_PATH_KEY = "sys_path"
 _MAX_TRACEBACK_BYTES = 1024 * 1024
@@ -41,12 +40,12 @@ def _report_error(client, scope: str, rank: int, text: str) -> None:
 def main() -> int:
     import cloudpickle
 
-    from horovod_spark.common import wire
+    from horovod_spark.common import config, wire
     from horovod_spark.common.kv_client import KVClient
 
-    rank = int(os.environ["HOROVOD_RANK"])
-    scope = launcher_scope(os.environ["HOROVOD_RUN_SCOPE"])
-    start_timeout = float(os.environ.get("HOROVOD_START_TIMEOUT", "120"))
+    rank = config.RANK.require()
+    scope = launcher_scope(config.RUN_SCOPE.require())
+    start_timeout = config.START_TIMEOUT.get()
     client = KVClient.from_env()
     try:
         try:

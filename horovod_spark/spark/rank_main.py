@@ -1,4 +1,4 @@
-"""Entry point of a rank process: ``python -m horovod_spark.spark.task_main [WORKDIR]``.
+"""Entry point of a rank process: ``python -m horovod_spark.spark.rank_main [WORKDIR]``.
 
 The Spark task (our parent, inside the Python worker) has already set the rendezvous
 environment, so ``hvd.init()`` in fn needs no arguments. WORKDIR holds ``call.pkl`` (cloudpickled
@@ -13,13 +13,13 @@ import os
 import sys
 import traceback
 
-_PARENT_PID_ENV = "HOROVOD_SPARK_PARENT_PID"
+from horovod_spark.common import config
 
 
 def _die_with_parent() -> None:
     """Ask the kernel to SIGKILL us when the Spark task's process dies (Spark kills Python workers
     of cancelled tasks); then re-check, in case it died before we got here."""
-    expected = os.environ.get(_PARENT_PID_ENV)
+    expected = config.SPARK_PARENT_PID.get()
     if sys.platform.startswith("linux"):
         import ctypes
         import signal
@@ -29,7 +29,7 @@ def _die_with_parent() -> None:
             libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
         except (OSError, AttributeError):
             pass
-    if expected and os.getppid() != int(expected):
+    if expected and os.getppid() != expected:
         os._exit(137)
 
 
@@ -53,24 +53,24 @@ def _report_error(workdir: str, exc: BaseException, tb_text: str, what: str) -> 
         try:
             from horovod_spark.common.kv_client import KVClient
             with KVClient.from_env(io_timeout=5.0) as client:
-                client.request("failed", int(os.environ["HOROVOD_SPARK_EXPECTED_RANK"]),
+                client.request("failed", config.SPARK_EXPECTED_RANK.get(),
                                type(exc).__name__, message, tb_text)
         except Exception as report_exc:
             sys.stderr.write("(could not report this to the driver directly: %s)\n" % report_exc)
 
 
 def _under_mpi() -> bool:
-    return "HOROVOD_SPARK_EXPECTED_RANK" in os.environ
+    return config.SPARK_EXPECTED_RANK.is_set()
 
 
 def _check_mpi_rank() -> None:
-    expected = os.environ.get("HOROVOD_SPARK_EXPECTED_RANK")
+    expected = config.SPARK_EXPECTED_RANK.get()
     if expected is None:
         return
     rank = os.environ.get("OMPI_COMM_WORLD_RANK", os.environ.get("PMIX_RANK"))
     size = os.environ.get("OMPI_COMM_WORLD_SIZE")
-    want_size = os.environ["HOROVOD_SPARK_EXPECTED_SIZE"]
-    if rank != expected or (size is not None and size != want_size):
+    want_size = config.SPARK_EXPECTED_SIZE.require(hint="it goes with %s" % config.SPARK_EXPECTED_RANK.name)
+    if rank != str(expected) or (size is not None and size != str(want_size)):
         raise RuntimeError("mpirun placed MPI rank %s of %s in the Spark task of partition %s of %s; "
                            "the MPI launch must map one rank per task in order"
                            % (rank, size, expected, want_size))
@@ -108,7 +108,8 @@ def main(workdir: str) -> int:
 
 
 if __name__ == "__main__":
-    code = main(sys.argv[1] if len(sys.argv) > 1 else os.environ["HOROVOD_SPARK_WORKDIR"])
+    code = main(sys.argv[1] if len(sys.argv) > 1 else config.SPARK_WORKDIR.require(
+        hint="give the directory as the argument, or set it (horovod_spark.run's tasks do)"))
     sys.stdout.flush()
     sys.stderr.flush()
     if code and _under_mpi():

@@ -1,21 +1,19 @@
 """``horovod_spark.run``: run a function as ``num_proc`` Horovod ranks in one Spark barrier stage."""
 import functools
-import os
 import shlex
 import uuid
 from typing import Any, Callable, Dict, Iterable, List, Optional
 
-from horovod_spark.common import wire
+from horovod_spark.common import config, wire
+from horovod_spark.exceptions import HorovodSparkError
 
-from . import placement, preflight
+from . import preflight
 from .driver_service import DriverService
-from .errors import HorovodSparkError
 from .job import BarrierJob
 from .output import OutputSink
 from .supervise import supervise
 from .task import TaskSpec, run_task
 
-DEFAULT_START_TIMEOUT = 600.0
 # After an abort, how long the ranks get to confirm their processes are gone, and how long the
 # cancelled Spark job gets to wind down, before run() raises anyway (with a warning).
 _EXIT_CONFIRM_S = 5.0
@@ -46,16 +44,14 @@ def _spark_context():
 
 
 def _start_timeout(value) -> float:
-    source = "start_timeout"
     if value is None:
-        value = os.environ.get("HOROVOD_SPARK_START_TIMEOUT", DEFAULT_START_TIMEOUT)
-        source = "HOROVOD_SPARK_START_TIMEOUT"
+        return config.SPARK_START_TIMEOUT.get()
     try:
         value = float(value)
     except (TypeError, ValueError):
-        raise ValueError("%s must be a number of seconds, got %r" % (source, value)) from None
+        raise ValueError("start_timeout must be a number of seconds, got %r" % (value,)) from None
     if not value > 0:
-        raise ValueError("%s must be > 0 seconds, got %r" % (source, value))
+        raise ValueError("start_timeout must be > 0 seconds, got %r" % (value,))
     return value
 
 
@@ -70,11 +66,12 @@ def _rank_env(env) -> Dict[str, str]:
         if not isinstance(k, str) or v is None:
             raise TypeError("env entries must be str -> str (got %r: %r)" % (k, v))
         out[k] = str(v)
+    config.check_assignments(out, "env")
     return out
 
 
 def _driver_addresses(sc) -> List[str]:
-    override = os.environ.get("HOROVOD_SPARK_DRIVER_HOST")
+    override = config.SPARK_DRIVER_HOST.get()
     if override:
         return [override]
     addrs = [sc.getConf().get("spark.driver.host")]
@@ -92,7 +89,7 @@ def _use_mpi(use_mpi, use_gloo) -> bool:
     if use_gloo:
         return False
     if use_mpi is None:
-        return os.environ.get("HOROVOD_SPARK_USE_MPI", "").lower() in ("1", "true", "yes")
+        return config.SPARK_USE_MPI.get()
     return bool(use_mpi)
 
 
@@ -150,10 +147,10 @@ def run(fn: Callable, args=(), kwargs: Optional[dict] = None, num_proc: Optional
     mpi_args = _extra_mpi_args(extra_mpi_args, use_mpi)
     nic_list = _nics(nics)
     if nic_list:
-        rank_env["HOROVOD_GLOO_IFACE"] = ",".join(nic_list)
+        rank_env[config.GLOO_IFACE.name] = ",".join(nic_list)
     executable = _executable(executable)
     call = preflight.serialize_call(fn, args, kwargs)
-    host_mode = placement.host_key_mode(os.environ.get(placement.HOST_KEY_ENV))
+    host_mode = config.SPARK_HOST_KEY.get()
     sink = OutputSink(stdout, stderr, prefix_output_with_timestamp)
 
     def log(level: int, text: str) -> None:

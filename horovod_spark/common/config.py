@@ -1,0 +1,349 @@
+"""Every environment variable horovod_spark reads: name, type, default, meaning, accepted values.
+
+Python code reads a HOROVOD_* variable only through its entry here, e.g.
+``config.START_TIMEOUT.get()``, which parses the value the environment holds at that moment
+(launchers set many of these in a rank's environment just before it starts, and callers may pass
+their own mapping as ``environ``) and raises ``ConfigError`` naming the variable, the bad value and
+what it accepts. Code that sets a variable for a rank spells its name ``config.RANK.name``.
+
+The native core reads its own variables once per ``hvd.init()`` (``native/common/config.cc``);
+they are listed here too, read by ``CORE``, so that docs/configuration.md, generated from this
+list by ``python -m horovod_spark.common.config``, documents every variable in one table. An
+empty value counts as unset, for the core and here alike.
+"""
+import math
+import os
+import re
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Mapping, Optional
+
+from horovod_spark.exceptions import ConfigError
+
+PYTHON, CORE, PYTHON_AND_CORE, SCRIPTS = "Python", "core", "Python and core", "scripts/run_tests.sh"
+
+
+@dataclass(frozen=True)
+class Kind:
+    """How one type of value is written: ``parse(text)`` returns the value or raises ValueError
+    whose text completes "<name>='<text>' ..." (e.g. "is not a number of seconds"); ``accepts``
+    completes "set it to ...". ``show`` writes a value the way the docs should."""
+    accepts: str
+    parse: Callable[[str], Any]
+    show: Callable[[Any], str] = str
+
+
+def _number(text: str, what: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError("is not %s" % what) from None
+    if not math.isfinite(value):
+        raise ValueError("is not a finite number")
+    return value
+
+
+def _show_number(value) -> str:
+    return "%d" % value if float(value).is_integer() else repr(value)
+
+
+def seconds(minimum: float, above: bool = False, example: str = "120") -> Kind:
+    """Seconds >= ``minimum`` (> when ``above``)."""
+    bound = "above %s" % _show_number(minimum) if above else "of at least %s" % _show_number(minimum)
+
+    def parse(text: str) -> float:
+        value = _number(text, "a number of seconds")
+        if value < minimum or (above and value == minimum):
+            raise ValueError("is %s %s" % ("not above" if above else "less than", _show_number(minimum)))
+        return value
+    return Kind("a number of seconds %s, such as %s" % (bound, example), parse, _show_number)
+
+
+def whole_number(minimum: int) -> Kind:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise ValueError("is not a whole number") from None
+        if value < minimum:
+            raise ValueError("is less than %d" % minimum)
+        return value
+    return Kind("a whole number of at least %d" % minimum, parse)
+
+
+def core_number(minimum: float, unit: str) -> Kind:
+    """A number as the core parses it (``strtod``, then checked against ``minimum``)."""
+    def parse(text: str) -> float:
+        value = _number(text, "a number")
+        if value < minimum:
+            raise ValueError("is less than %s" % _show_number(minimum))
+        return value
+    return Kind("a number of %s of at least %s" % (unit, _show_number(minimum)), parse, _show_number)
+
+
+def _parse_port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError("is not a port number") from None
+    if not 1 <= value <= 65535:
+        raise ValueError("is not a port number between 1 and 65535")
+    return value
+
+
+PORT = Kind("a TCP port number between 1 and 65535", _parse_port)
+
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+
+
+def _parse_flag(text: str) -> bool:
+    word = text.strip().lower()
+    if word in _TRUE or word in _FALSE:
+        return word in _TRUE
+    raise ValueError("is neither on nor off")
+
+
+FLAG = Kind("1, true, yes or on to turn it on; 0, false, no or off to turn it off", _parse_flag,
+            lambda value: "on" if value else "off")
+# The core's rule (native/common/config.cc env_flag): only these words turn a flag off.
+CORE_FLAG = Kind("0, false or no to turn it off; any other value turns it on",
+                 lambda text: text not in ("0", "false", "False", "FALSE", "no"),
+                 lambda value: "on" if value else "off")
+
+
+def choice(*words: str, synonyms: Optional[Mapping[str, str]] = None) -> Kind:
+    """One of ``words`` (any letter case); ``synonyms`` maps further accepted words onto them."""
+    table = dict(synonyms or {})
+
+    def parse(text: str) -> str:
+        word = text.strip().lower()
+        word = table.get(word, word)
+        if word not in words:
+            raise ValueError("is not one of %s" % ", ".join(words))
+        return word
+    also = " (%s)" % ", ".join("%s means %s" % kv for kv in table.items()) if table else ""
+    return Kind("one of %s%s" % (", ".join(words), also), parse)
+
+
+def text(what: str) -> Kind:
+    return Kind(what, lambda value: value)
+
+
+def _parse_hex(text: str) -> bytes:
+    try:
+        return bytes.fromhex(text)
+    except ValueError:
+        raise ValueError("is not hexadecimal digits") from None
+
+
+HEX_SECRET = Kind("the job's secret as hexadecimal digits (the launcher makes one per job)", _parse_hex,
+                  lambda value: value.hex())
+
+
+def names(example: str) -> Kind:
+    def parse(text: str) -> tuple:
+        return tuple(n.strip() for n in text.split(",") if n.strip())
+    return Kind("comma-separated names, such as %s" % example, parse, ",".join)
+
+
+@dataclass(frozen=True)
+class Variable:
+    """One environment variable. ``default`` is the value when it is unset or empty (None: no
+    value); ``default_text`` says it for the docs where it is worked out at run time."""
+    name: str
+    kind: Kind
+    default: Any
+    meaning: str
+    read_by: str = PYTHON
+    default_text: str = ""
+
+    def raw(self, environ: Optional[Mapping[str, str]] = None) -> Optional[str]:
+        """The text the environment holds, or None when it is unset or empty."""
+        value = (os.environ if environ is None else environ).get(self.name)
+        return value if value else None
+
+    def is_set(self, environ: Optional[Mapping[str, str]] = None) -> bool:
+        return self.raw(environ) is not None
+
+    def parse(self, value: str) -> Any:
+        """``value`` read as this variable's kind; ConfigError naming the variable otherwise."""
+        try:
+            return self.kind.parse(value)
+        except ValueError as exc:
+            has_default = self.default is not None or self.default_text
+            unset = ", or unset it (default: %s)" % self.describe_default() if has_default else ""
+            raise ConfigError("%s=%r %s; set it to %s%s" % (self.name, value, exc, self.kind.accepts, unset)) from None
+
+    def get(self, environ: Optional[Mapping[str, str]] = None, default: Any = ...) -> Any:
+        """The parsed value now in the environment; ``default`` (else the variable's own) when unset."""
+        value = self.raw(environ)
+        if value is None:
+            return self.default if default is ... else default
+        return self.parse(value)
+
+    def require(self, environ: Optional[Mapping[str, str]] = None,
+                hint: str = "the launcher that starts this process sets it") -> Any:
+        """The parsed value, which must be set; ``hint`` completes the error's "X is not set; ..."."""
+        value = self.raw(environ)
+        if value is None:
+            raise ConfigError("%s is not set; %s" % (self.name, hint))
+        return self.parse(value)
+
+    def describe_default(self) -> str:
+        if self.default_text:
+            return self.default_text
+        return "unset" if self.default is None else self.kind.show(self.default)
+
+
+VARIABLES: Dict[str, Variable] = {}
+
+
+def _define(*args, **kwargs) -> Variable:
+    variable = Variable(*args, **kwargs)
+    if variable.name in VARIABLES:
+        raise RuntimeError("%s is defined twice" % variable.name)
+    VARIABLES[variable.name] = variable
+    return variable
+
+
+_SET_BY_LAUNCHERS = " Set by the launchers (horovod-spark-run, run_local, horovod_spark.run) for each rank."
+
+# -- a rank's identity and rendezvous: set by the launchers, read by hvd.init() -------------------
+RANK = _define("HOROVOD_RANK", whole_number(0), None, "This process's rank, below HOROVOD_SIZE. Without it (and "
+               "outside mpirun) hvd.init() runs a single rank." + _SET_BY_LAUNCHERS)
+SIZE = _define("HOROVOD_SIZE", whole_number(1), None, "The number of ranks; needed with HOROVOD_RANK."
+               + _SET_BY_LAUNCHERS)
+LOCAL_RANK = _define("HOROVOD_LOCAL_RANK", whole_number(0), None, "This rank's index among the ranks on its host.",
+                     default_text="from the ranks' HOROVOD_HOSTNAME")
+LOCAL_SIZE = _define("HOROVOD_LOCAL_SIZE", whole_number(1), None, "The number of ranks on this rank's host.",
+                     default_text="from the ranks' HOROVOD_HOSTNAME")
+CROSS_RANK = _define("HOROVOD_CROSS_RANK", whole_number(0), None, "This rank's index among the ranks with its "
+                     "local rank on the other hosts.", default_text="from the ranks' HOROVOD_HOSTNAME")
+CROSS_SIZE = _define("HOROVOD_CROSS_SIZE", whole_number(1), None, "The number of ranks with this rank's local rank "
+                     "(one per host that has it).", default_text="from the ranks' HOROVOD_HOSTNAME")
+RENDEZVOUS_ADDR = _define("HOROVOD_RENDEZVOUS_ADDR", text("a host name or IP address"), None,
+                          "Where the job's KV service (the rendezvous of hvd.init()) listens." + _SET_BY_LAUNCHERS)
+RENDEZVOUS_PORT = _define("HOROVOD_RENDEZVOUS_PORT", PORT, None, "The KV service's port." + _SET_BY_LAUNCHERS)
+SECRET_KEY = _define("HOROVOD_SECRET_KEY", HEX_SECRET, None, "The job's secret: every frame to the KV service "
+                     "carries its HMAC-SHA256, and the core's peers prove they know it." + _SET_BY_LAUNCHERS)
+RUN_SCOPE = _define("HOROVOD_RUN_SCOPE", text("any text, such as a job id"), "job", "The job's prefix for its KV keys, "
+                    "so two jobs on one service never mix." + _SET_BY_LAUNCHERS)
+HOSTNAME = _define("HOROVOD_HOSTNAME", text("a host name"), None, "Which host this rank is on: ranks with equal "
+                   "values talk through shared memory and share a local rank numbering. On a Spark executor "
+                   "(`spark.executorEnv.HOROVOD_HOSTNAME`) it names the executor's host.",
+                   default_text="the machine's host name")
+ADVERTISE_ADDR = _define("HOROVOD_ADVERTISE_ADDR", text("an IP address or host name the other ranks can reach"),
+                         None, "The address this rank's peers connect to, instead of the one picked from "
+                         "HOROVOD_GLOO_IFACE or the route to the rendezvous service.",
+                         default_text="chosen by HOROVOD_GLOO_IFACE, else the route to the KV service")
+GLOO_IFACE = _define("HOROVOD_GLOO_IFACE", names("eth0,eth1"), None, "Network interfaces to reach the other ranks "
+                     "over: the rank advertises the IPv4 address of the first it has (horovod_spark.run(nics=...) "
+                     "sets it).", default_text="the interface that routes to the KV service")
+START_TIMEOUT = _define("HOROVOD_START_TIMEOUT", seconds(1), 120.0, "How long hvd.init() waits for every rank to "
+                        "arrive and connect (horovod-spark-run --start-timeout, horovod_spark.run's start_timeout "
+                        "set it).", read_by=PYTHON_AND_CORE)
+CPU_OPERATIONS = _define("HOROVOD_CPU_OPERATIONS", choice("mpi", "gloo", synonyms={"tcp": "gloo", "shm": "gloo"}),
+                         None, "What carries the data between ranks: mpi (only for ranks started by mpirun or "
+                         "hvd.init(comm=...)) or gloo, this project's shared-memory and TCP links.",
+                         default_text="mpi under mpirun, else gloo")
+
+# -- the core's settings (Horovod's names), read by native/common/config.cc -----------------------
+FUSION_THRESHOLD = _define("HOROVOD_FUSION_THRESHOLD", core_number(0, "bytes"), 134217728, "Bytes of allreduces "
+                           "fused into one collective.", read_by=CORE)
+CYCLE_TIME = _define("HOROVOD_CYCLE_TIME", core_number(0, "milliseconds"), 1, "The engine's longest idle sleep; "
+                     "work is negotiated as soon as it arrives.", read_by=CORE)
+CACHE_CAPACITY = _define("HOROVOD_CACHE_CAPACITY", core_number(0, "entries"), 1024, "Entries of the response cache "
+                         "that lets repeated collectives skip negotiation (0 turns it off).", read_by=CORE)
+STALL_CHECK_TIME_SECONDS = _define("HOROVOD_STALL_CHECK_TIME_SECONDS", core_number(0, "seconds"), 60,
+                                   "Warn, naming the missing ranks, when a tensor has waited this long for some "
+                                   "ranks to submit it (0 turns the check off; horovod-spark-run "
+                                   "--stall-check-seconds sets it).", read_by=CORE)
+STALL_SHUTDOWN_TIME_SECONDS = _define("HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", core_number(0, "seconds"), 0,
+                                      "Fail a tensor stalled this long instead of only warning (0: never).",
+                                      read_by=CORE)
+STALL_CHECK_DISABLE = _define("HOROVOD_STALL_CHECK_DISABLE", CORE_FLAG, False, "Turn the stall check off.",
+                              read_by=CORE)
+TIMELINE = _define("HOROVOD_TIMELINE", text("a file path"), None, "Write a Chrome trace of every tensor's phases "
+                   "to this file (rank 0; horovod-spark-run --timeline-filename sets it).", read_by=CORE,
+                   default_text="unset: no timeline")
+TIMELINE_MARK_CYCLES = _define("HOROVOD_TIMELINE_MARK_CYCLES", CORE_FLAG, False, "Mark the engine's negotiation "
+                               "rounds in the timeline (horovod-spark-run --timeline-mark-cycles sets it).",
+                               read_by=CORE)
+DATA_TIMEOUT_SECONDS = _define("HOROVOD_DATA_TIMEOUT_SECONDS", core_number(1, "seconds"), 600, "A data transfer "
+                               "between ranks that makes no progress this long fails the job.", read_by=CORE)
+SHM_DISABLE = _define("HOROVOD_SHM_DISABLE", CORE_FLAG, False, "Use TCP between ranks on one host instead of "
+                      "shared memory.", read_by=CORE)
+SHM_RING_BYTES = _define("HOROVOD_SHM_RING_BYTES", core_number(65536, "bytes"), 4194304, "Size of each "
+                         "shared-memory ring between two ranks on one host (rounded down to a multiple of 4096).",
+                         read_by=CORE)
+SPECULATIVE_ALLREDUCE = _define("HOROVOD_SPECULATIVE_ALLREDUCE", CORE_FLAG, True, "Let small synchronous "
+                                "allreduces seen before skip negotiation.", read_by=CORE)
+
+# -- horovod_spark.run on the Spark driver ---------------------------------------------------------
+SPARK_START_TIMEOUT = _define("HOROVOD_SPARK_START_TIMEOUT", seconds(0, above=True, example="600"), 600.0,
+                              "horovod_spark.run's start_timeout when the argument is not given: how long every "
+                              "rank's task may take to start and register.")
+SPARK_DRIVER_HOST = _define("HOROVOD_SPARK_DRIVER_HOST", text("a host name or IP address"), None,
+                            "The address executors use to reach the driver's service.",
+                            default_text="spark.driver.host")
+SPARK_HOST_KEY = _define("HOROVOD_SPARK_HOST_KEY", choice("hostname", "executor"), "hostname", "What makes ranks "
+                         "local to each other: their host's name, or (executor) each executor is its own host.")
+SPARK_SLOT_WAIT = _define("HOROVOD_SPARK_SLOT_WAIT", seconds(0, example="10"), 10.0, "How long the pre-flight "
+                          "check waits for executors still registering (clusters only).")
+SPARK_USE_MPI = _define("HOROVOD_SPARK_USE_MPI", FLAG, False, "MPI mode (mpirun through the Spark tasks) when "
+                        "horovod_spark.run's use_mpi is not given.")
+SPARK_MPIRUN = _define("HOROVOD_SPARK_MPIRUN", text("the path of Open MPI's mpirun"), None, "The mpirun of MPI "
+                       "mode.", default_text="mpirun on PATH")
+
+# -- between horovod_spark.run's own processes: set by it, read by what it starts ------------------
+SPARK_GPUS = _define("HOROVOD_SPARK_GPUS", names("0,1"), (), "The GPU addresses Spark gave this rank's task "
+                     "(horovod_spark.spark.get_available_devices()). Set by horovod_spark.run.",
+                     default_text="unset: no GPUs assigned")
+SPARK_WORKDIR = _define("HOROVOD_SPARK_WORKDIR", text("a directory"), None, "The rank process's directory for "
+                        "its function and result. Set by horovod_spark.run's tasks.")
+SPARK_PARENT_PID = _define("HOROVOD_SPARK_PARENT_PID", whole_number(1), None, "The process id of the Spark task "
+                           "whose death ends the rank process. Set by horovod_spark.run's tasks.")
+SPARK_EXPECTED_RANK = _define("HOROVOD_SPARK_EXPECTED_RANK", whole_number(0), None, "MPI mode: the rank mpirun "
+                              "must place in this task. Set by horovod_spark.run's tasks.")
+SPARK_EXPECTED_SIZE = _define("HOROVOD_SPARK_EXPECTED_SIZE", whole_number(1), None, "MPI mode: the number of ranks "
+                              "mpirun must start. Set by horovod_spark.run's tasks.")
+SPARK_AGENT_ADDR = _define("HOROVOD_SPARK_AGENT_ADDR", text("a host name or IP address"), None, "MPI mode: the "
+                           "driver service mpirun's agent asks to start daemons. Set by horovod_spark.run for "
+                           "mpirun.")
+SPARK_AGENT_PORT = _define("HOROVOD_SPARK_AGENT_PORT", PORT, None, "MPI mode: that service's port. Set by "
+                           "horovod_spark.run for mpirun.")
+SPARK_AGENT_KEY = _define("HOROVOD_SPARK_AGENT_KEY", HEX_SECRET, None, "MPI mode: that service's secret. Set by "
+                          "horovod_spark.run for mpirun.")
+
+# -- the test script -------------------------------------------------------------------------------
+SPARK_SKIP_LEGACY = _define("HOROVOD_SPARK_SKIP_LEGACY", Kind("1 to skip", lambda value: value == "1"), False,
+                            "Skip the second test run, on the older stack (`.venv-legacy`).", read_by=SCRIPTS,
+                            default_text="unset: both runs")
+SPARK_LEGACY_PYTHON = _define("HOROVOD_SPARK_LEGACY_PYTHON", text("the path of a Python interpreter"), None,
+                              "The Python of `.venv-legacy`, which runs the older-stack tests. Set by "
+                              "`scripts/venv_legacy.sh`.", read_by=SCRIPTS)
+
+
+def check_assignments(env: Mapping[str, str], source: str) -> None:
+    """ConfigError for the first value in ``env`` (variables given to ranks, e.g. ``env=``) that its
+    variable does not accept, prefixed with ``source``: said once, before any rank starts."""
+    for name, value in env.items():
+        if value and name in VARIABLES:
+            try:
+                VARIABLES[name].parse(value)
+            except ConfigError as exc:
+                raise ConfigError("%s: %s" % (source, exc)) from None
+
+
+def table_rows() -> List[str]:
+    """docs/configuration.md's table, one line per variable, variable names in backticks."""
+    def code(words: str) -> str:
+        return re.sub(r"(?<![.`\w])(HOROVOD_[A-Z0-9_]+)\b", r"`\1`", words)
+    lines = ["| variable | read by | accepts | default | meaning |", "| --- | --- | --- | --- | --- |"]
+    for v in VARIABLES.values():
+        lines.append("| `%s` | %s | %s | %s | %s |" % (v.name, v.read_by, code(v.kind.accepts),
+                                                      code(v.describe_default()), code(v.meaning)))
+    return lines
+
+
+if __name__ == "__main__":
+    print("\n".join(table_rows()))
