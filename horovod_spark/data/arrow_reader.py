@@ -1,4 +1,4 @@
-"""The built-in data module: per-rank batches straight from Parquet with pyarrow.dataset."""
+"""The built-in data module: per-rank batches straight from Parquet, row group by row group, with pyarrow."""
 import itertools
 from collections import Counter, deque
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -7,8 +7,8 @@ from typing import Callable, Dict, Iterator, List, Optional, Sequence
 import numpy as np
 import pyarrow as pa
 import pyarrow.dataset as ds
+import pyarrow.parquet as pq
 
-from horovod_spark.data.fixed_width_columns import ColumnPlan, read_column
 from horovod_spark.data.prefetch import BackgroundIterator, in_bursts, queue_bound
 from horovod_spark.data.reader import Reader, ReaderStats
 from horovod_spark.data.sharding import Slice, default_steps_per_epoch, epoch_order, epoch_plan
@@ -51,7 +51,6 @@ class ArrowReader(Reader):
         self.prefetch_batches, self.read_threads = prefetch_batches, read_threads
         self.stats = ReaderStats()
         self._spare_buffers: List[ShuffleBuffer] = []
-        self._column_plans: Dict[tuple, Optional[ColumnPlan]] = {}
 
         dataset = ds.dataset(store.fs_path(path), filesystem=store.filesystem(), format="parquet")
         self.columns: List[str] = list(columns) if columns is not None else list(dataset.schema.names)
@@ -166,28 +165,27 @@ class ArrowReader(Reader):
     def _read_unit(self, unit: int) -> dict:
         # A row group is the smallest unit Parquet decodes, so it is read whole and sliced after.
         fragment = self._units[unit]
-        out = {}
-        for name in self.columns:
-            plan = self._column_plan(fragment, name)
-            values = read_column(fragment, plan) if plan is not None else None
-            if values is not None:
-                out[name] = values
-        rest = [name for name in self.columns if name not in out]
-        if rest:
-            out.update(table_to_numpy(fragment.to_table(columns=rest, use_threads=False), rest))
-        return {name: out[name] for name in self.columns}
-
-    def _column_plan(self, fragment, name: str) -> Optional[ColumnPlan]:
-        """The fixed-width fast path's plan for ``name`` in ``fragment``'s file (None: pyarrow
-        decodes it), worked out once per file."""
-        key = (fragment.path, name)
-        if key not in self._column_plans:  # a race only computes the same plan twice
-            self._column_plans[key] = ColumnPlan.of(fragment.metadata, fragment.physical_schema, name)
-        return self._column_plans[key]
+        return table_to_numpy(read_row_group(fragment, self.columns), self.columns, fragment.path)
 
 
-def table_to_numpy(table: pa.Table, columns: Sequence[str]) -> dict:
-    """Column name -> numpy array; list columns (fixed length per row) become 2-D arrays."""
+def read_row_group(fragment, columns: Sequence[str]) -> pa.Table:
+    """``columns`` of the single row group of ``fragment`` (a ParquetFileFragment), on this thread.
+    A ParquetFile given the fragment's already parsed footer costs less per row group than a
+    dataset scan of the fragment (measured: 50 against 58 ms of CPU for a pass over 200,000 rows
+    of 64 floats and a label), most of it for Arrow's per-scan set-up on a small column."""
+    (row_group,) = fragment.row_groups
+    with fragment.filesystem.open_input_file(fragment.path) as source:
+        parquet_file = pq.ParquetFile(source, metadata=fragment.metadata, pre_buffer=True)
+        return parquet_file.read_row_group(row_group.id, columns=list(columns), use_threads=False)
+
+
+def table_to_numpy(table: pa.Table, columns: Sequence[str], source: str = "the table") -> dict:
+    """Column name -> numpy array; list columns (fixed length per row) become 2-D arrays: the
+    list's flat values buffer reshaped to (rows, width), without a copy."""
+    missing = [name for name in columns if table.schema.get_field_index(name) < 0]
+    if missing:
+        raise ValueError("column(s) %s not in %s (it has %s): every file of a dataset needs the columns read"
+                         % (missing, source, table.schema.names))
     out = {}
     for name in columns:
         column = table.column(name)
