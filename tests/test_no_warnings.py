@@ -23,12 +23,14 @@ JOB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "warnings_job.py"
 
 ERRORS = ["error::FutureWarning", "error::DeprecationWarning", "error::UserWarning", "error::RuntimeWarning"]
 
-# Let through (later entries take precedence over ERRORS). A message is matched as a literal prefix
-# and cannot hold a comma (PYTHONWARNINGS separates entries with commas).
+# Let through (later entries take precedence over ERRORS): action:message:category:module, the
+# message a literal prefix without commas (PYTHONWARNINGS separates entries with them), the module
+# the one the warning is raised from, exactly.
 THIRD_PARTY = [
     # numpy 2 asks __array__ for a copy argument; TensorFlow's variables lack it, and Keras's own
     # convert_to_numpy (model.save, get_weights) calls np.array on them.
-    "ignore:__array__ implementation doesn't accept a copy keyword:DeprecationWarning",
+    "ignore:__array__ implementation doesn't accept a copy keyword:DeprecationWarning:"
+    "keras.src.backend.tensorflow.core",
 ]
 
 
