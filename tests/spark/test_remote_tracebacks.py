@@ -5,6 +5,7 @@ on Spark and run_local."""
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -81,8 +82,9 @@ def _check_report(report: dict) -> None:
     for launcher in ("spark", "local"):
         remote = report[launcher]
         assert frame in remote and RAISE_LINE in remote, "%s:\n%s" % (launcher, remote)
-        assert "<dynamic-code>" not in remote and "task_main.py" not in remote, remote
         assert "in train" in remote and "return [check(v) for v in (value,)]" in remote, remote
+        # Starting at fn: every frame is the user's (none of the launcher's, none "<dynamic-code>").
+        assert set(re.findall(r'File "([^"]+)"', remote)) == {report["file"]}, remote
 
 
 def _env() -> dict:

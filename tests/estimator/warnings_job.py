@@ -1,5 +1,5 @@
 """A small TorchEstimator and KerasEstimator fit + transform on local[2], for test_no_warnings.py,
-which runs it with warnings turned into errors: ``python tests/warnings_job.py STORE_DIR``."""
+which runs it with warnings turned into errors: ``python tests/estimator/warnings_job.py STORE_DIR``."""
 import os
 import sys
 
