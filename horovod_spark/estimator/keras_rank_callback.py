@@ -38,7 +38,9 @@ class EstimatorCallback(keras.callbacks.Callback):
         t.history.append(values)
         if t.rank == 0:
             t.checkpoints.write(epoch + 1, t.checkpoint_bytes(epoch + 1))
-        t.reporter.epoch_end(epoch, values, time.monotonic() - (self._started or time.monotonic()))
+        # A None check, not `or`: time.monotonic() has no fixed origin, so no value of it means "unset".
+        started = self._started if self._started is not None else time.monotonic()
+        t.reporter.epoch_end(epoch, values, time.monotonic() - started)
 
     def on_train_end(self, logs=None):
         self.trainer.reporter.train_end()

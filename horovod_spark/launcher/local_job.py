@@ -15,7 +15,7 @@ import uuid
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, TextIO
 
 import horovod_spark
-from horovod_spark.common import config, rendezvous, wire
+from horovod_spark.common import config, rendezvous, source_pickle, wire
 from horovod_spark.common.kv_client import KVClient
 from horovod_spark.common.kv_server import KVStoreServer
 from horovod_spark.exceptions import RankFailedError
@@ -166,7 +166,8 @@ def run_local(fn: Callable[..., Any], args: Sequence[Any] = (), kwargs: Optional
 
     if not callable(fn):
         raise TypeError("run_local needs a callable, got %r" % (fn,))
-    payload = cloudpickle.dumps((fn, tuple(args), dict(kwargs or {})))
+    # By-value code takes its file name and source lines along, for the ranks' tracebacks.
+    payload = source_pickle.dumps((fn, tuple(args), dict(kwargs or {})))
     argv = [sys.executable, "-m", "horovod_spark.launcher.run_local_rank"]
     with LocalJob(argv, num_proc, env, stdout=stdout, stderr=stderr, prefix_output=prefix_output) as job:
         scope = run_local_rank.launcher_scope(job.run_scope)

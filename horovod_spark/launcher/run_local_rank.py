@@ -61,8 +61,10 @@ def main() -> int:
             return 1
         try:
             result = fn(*args, **kwargs)
-        except BaseException:
-            _report_error(client, scope, rank, traceback.format_exc())
+        except BaseException as exc:
+            # Start the traceback at fn: this file's frame is noise to the user.
+            _report_error(client, scope, rank,
+                          "".join(traceback.format_exception(type(exc), exc, exc.__traceback__.tb_next)))
             return 1
         try:
             data = cloudpickle.dumps(result)

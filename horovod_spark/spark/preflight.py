@@ -10,9 +10,7 @@ import re
 import time
 from typing import Optional
 
-import cloudpickle
-
-from horovod_spark.common import config
+from horovod_spark.common import config, source_pickle
 from horovod_spark.exceptions import HorovodSparkError
 
 _LOCAL = re.compile(r"^local(?:\[(\*|\d+)(?:\s*,\s*\d+)?\])?$")
@@ -31,7 +29,8 @@ def check_num_proc(num_proc, default: int) -> int:
 
 def serialize_call(fn, args, kwargs) -> bytes:
     """cloudpickle fn with its arguments now, so a closure over a lock or a socket fails here
-    with the culprit named instead of inside a Spark task minutes later."""
+    with the culprit named instead of inside a Spark task minutes later. Code that travels by
+    value takes its file name and source lines along, for the ranks' tracebacks."""
     if not callable(fn):
         raise TypeError("fn must be callable, got %r" % (fn,))
     if not isinstance(args, (tuple, list)):
@@ -40,7 +39,7 @@ def serialize_call(fn, args, kwargs) -> bytes:
         raise TypeError("kwargs must be a dict, got %s" % type(kwargs).__name__)
     _check_arguments_fit(fn, args, kwargs or {})
     try:
-        return cloudpickle.dumps((fn, tuple(args), dict(kwargs or {})))
+        return source_pickle.dumps((fn, tuple(args), dict(kwargs or {})))
     except Exception as exc:
         name = getattr(fn, "__qualname__", repr(fn))
         raise HorovodSparkError(

@@ -96,7 +96,10 @@ def _spark_message(error) -> str:
 
 # A rank whose peer died fails with this from the core; the peer's own report is the root cause.
 _CONSEQUENTIAL = ("HorovodInternalError",)
-_ROOT_CAUSE_WAIT_S = 0.5
+# How long a consequential failure waits for the root cause's report. The wait ends as soon as that
+# report arrives; its bound only matters when none comes. The failed rank's report can trail its
+# peers' by its interpreter's teardown (torch, TensorFlow) and a busy machine's scheduling: seconds.
+_ROOT_CAUSE_WAIT_S = 5.0
 
 
 def _rank_failure(service: DriverService, job: BarrierJob) -> SparkRankFailedError:
@@ -110,6 +113,7 @@ def _rank_failure(service: DriverService, job: BarrierJob) -> SparkRankFailedErr
         # A rank that lost its peer may report before the peer's own traceback arrives.
         service.condition.wait_for(
             lambda: any(f["exc_type"] not in _CONSEQUENTIAL for f in service.failures)
+            or len({f["rank"] for f in service.failures}) >= service.num_proc  # nobody left to report
             or time.monotonic() >= deadline, timeout=_ROOT_CAUSE_WAIT_S)
         failures = list(service.failures)
     first = next((f for f in failures if f["exc_type"] not in _CONSEQUENTIAL), failures[0])

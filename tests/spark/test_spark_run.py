@@ -308,6 +308,9 @@ def test_exception_on_one_rank_fails_fast_and_cleans_up(spark, tmp_path):
     assert exc.rank == 2 and exc.exc_type == "ValueError"
     assert "boom on purpose" in str(exc)
     assert 'raise ValueError("boom on purpose")' in exc.remote_traceback
+    # The rank shows the driver's file for code sent by value, whatever cloudpickle named it.
+    assert 'File "%s", line %d, in _fail_one' % (__file__, _fail_one.__code__.co_firstlineno + 6) \
+        in exc.remote_traceback, exc.remote_traceback
     assert "_fail_one" in exc.remote_traceback
     # The job group was cancelled: its job is over and did not succeed.
     job_ids = tracker.getJobIdsForGroup(exc.job_group)

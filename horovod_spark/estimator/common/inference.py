@@ -83,8 +83,6 @@ def make_predict_udf(key: str, data: bytes, loader: Callable, predict: Callable,
     """The Arrow UDF for Model.transform(). ``loader(bytes) -> model`` and
     ``predict(model, [numpy inputs]) -> [numpy outputs]`` are the framework's; both must be
     importable functions so the closure stays small."""
-    import warnings
-
     from .shapes import model_inputs
     from .spark_compat import scalar_iter_arrow_udf
 
@@ -101,12 +99,9 @@ def make_predict_udf(key: str, data: bytes, loader: Callable, predict: Callable,
                                  "output per label column" % (len(outputs), len(names), names))
             yield outputs_to_arrow(outputs, scalar, names)
 
-    with warnings.catch_warnings():
-        # pyspark prefers type hints; the function type is explicit here on purpose.
-        warnings.simplefilter("ignore", UserWarning)
-        # spark_compat: arrow_udf on pyspark >= 4.1; a pandas UDF around the same function on the
-        # older stack (pyspark 3.5), which has no arrow_udf.
-        udf = scalar_iter_arrow_udf(predict_batches, return_type)
+    # spark_compat: arrow_udf on pyspark >= 4.1; a pandas UDF around the same function on the
+    # older stack (pyspark 3.5), which has no arrow_udf.
+    udf = scalar_iter_arrow_udf(predict_batches, return_type)
     # Non-deterministic: Spark then evaluates it once per row even when several output columns
     # are read from its struct (a deterministic UDF may be inlined into each of them).
     return udf.asNondeterministic()

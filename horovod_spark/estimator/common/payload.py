@@ -1,14 +1,15 @@
 """Pieces shared by the Torch and Keras payload builders: shipping user objects to the ranks, and
 reading the gradient_compression param."""
-import cloudpickle
+from horovod_spark.common import source_pickle
 
 COMPRESSIONS = ("none", "fp16")
 
 
 def pickled(name: str, value) -> bytes:
-    """cloudpickle ``value``, or a ValueError that says which param cannot travel and why."""
+    """cloudpickle ``value`` (by-value code with its source lines, for the ranks' tracebacks), or a
+    ValueError that says which param cannot travel and why."""
     try:
-        return cloudpickle.dumps(value)
+        return source_pickle.dumps(value)
     except Exception as exc:
         raise ValueError("%s cannot be sent to the ranks: cloudpickle failed with %s: %s. Objects such as locks, "
                          "open files, sockets or SparkSessions cannot travel; create them inside the function, or "

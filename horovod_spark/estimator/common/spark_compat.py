@@ -17,22 +17,32 @@ def has_arrow_udf() -> bool:
 
 
 def scalar_iter_arrow_udf(fn: Callable[[Iterator[pa.Array]], Iterator[pa.Array]], return_type):
-    """A SCALAR_ITER UDF of one (struct) column running ``fn`` on Arrow arrays on either stack."""
+    """A SCALAR_ITER UDF of one (struct) column running ``fn`` on Arrow arrays on either stack.
+
+    pyspark reads the UDF's kind from its type hints (giving the kind as an ArrowUDFType or
+    PandasUDFType argument instead makes it warn), so ``fn`` runs inside an annotated function."""
     if has_arrow_udf():
-        from pyspark.sql.functions import ArrowUDFType, arrow_udf
-        return arrow_udf(fn, return_type, ArrowUDFType.SCALAR_ITER)
-    from pyspark.sql.functions import PandasUDFType, pandas_udf
+        from pyspark.sql.functions import arrow_udf
+
+        def arrays(batches: Iterator[pa.Array]) -> Iterator[pa.Array]:
+            return fn(batches)
+
+        return arrow_udf(arrays, return_type)
+    import pandas as pd
+    from pyspark.sql.functions import pandas_udf
     from pyspark.sql.types import StructType
 
     struct_out = isinstance(return_type, StructType)
 
-    def through_pandas(frames):
+    # The return hint only tells pyspark the kind: the batches are a DataFrame for a struct
+    # return type, a Series otherwise.
+    def through_pandas(frames: Iterator[pd.DataFrame]) -> Iterator[pd.Series]:
         # pyspark 3.5 gives a struct column to a pandas UDF as a DataFrame, one column per field.
         arrays = (_frame_to_struct(frame) for frame in frames)
         for result in fn(arrays):
             yield _arrow_to_pandas(result, struct_out)
 
-    return pandas_udf(through_pandas, return_type, PandasUDFType.SCALAR_ITER)
+    return pandas_udf(through_pandas, return_type)
 
 
 def collect_arrow(df) -> pa.Table:
