@@ -15,7 +15,7 @@ import pytest
 
 import horovod_spark
 from horovod_spark.runner.errors import RankFailedError
-from horovod_spark.runner.local import run_local
+from horovod_spark.launcher import run_local
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -43,7 +43,7 @@ DRIVER_CODE = textwrap.dedent('''\
     from pyspark.sql import SparkSession
 
     import horovod_spark
-    from horovod_spark.runner.local import run_local
+    from horovod_spark.launcher import run_local
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     spark = (SparkSession.builder.master("local[2]").appName("remote_tracebacks")
