@@ -61,6 +61,20 @@ class KerasEstimator(HorovodEstimator):
         refuse_unknown_params(type(self).__name__, unknown)
         return self._set(**{k: v for k, v in self._input_kwargs.items() if v is not None})
 
+    def get_model_class(self):
+        """The Model class ``fit`` returns (Horovod's estimator method)."""
+        return KerasModel
+
+    def get_model_shapes(self):
+        """(input shapes, output shapes) of the ``model`` Param, batch dimension included, -1 where unknown."""
+        model = self.getOrDefault("model")
+        if model is None:
+            raise ValueError("get_model_shapes() needs the model Param: pass model=<a built keras.Model>")
+
+        def shapes(tensors):
+            return [[-1 if d is None else int(d) for d in t.shape] for t in tensors]
+        return shapes(model.inputs), shapes(model.outputs)
+
     # -- HorovodEstimator hooks --------------------------------------------------------------------
     def _check_framework(self, cfg):
         payload, signature = keras_payload.check_and_pack(self, cfg)

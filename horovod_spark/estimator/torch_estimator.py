@@ -48,6 +48,10 @@ class TorchEstimator(HorovodEstimator):
         refuse_unknown_params(type(self).__name__, unknown)
         return self._set(**{k: v for k, v in self._input_kwargs.items() if v is not None})
 
+    def get_model_class(self):
+        """The Model class ``fit`` returns (Horovod's estimator method)."""
+        return TorchModel
+
     # -- HorovodEstimator hooks --------------------------------------------------------------------
     def _check_framework(self, cfg):
         payload, signature = torch_payload.check_and_pack(self, cfg)

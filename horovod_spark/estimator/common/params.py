@@ -160,6 +160,15 @@ PARAMS_ONLY_IN_HOROVOD = {
     "loss_constructors": "pass loss= a function or a loss module instance",
     "feature_columns": "it is feature_cols here",
     "label_columns": "it is label_cols here",
+    "continuous_cols": "list every input column in feature_cols (Horovod reads this only in its Lightning "
+                       "estimator); drop it",
+    "categorical_cols": "list every input column in feature_cols (Horovod reads this only in its Lightning "
+                        "estimator); drop it",
+    "mp_start_method": "the Arrow reader starts no worker processes; drop it",
+    "compress_sparse_cols": "sparse vector columns are prepared as fixed-length arrays; drop it",
+    "transformation_edit_fields": "transformation_fn may return any batch dict, with no schema to declare; drop it",
+    "transformation_removed_fields": "transformation_fn may return any batch dict, with no schema to declare; "
+                                     "drop it",
 }
 
 

@@ -28,6 +28,12 @@ class Backend:
         raise NotImplementedError
 
 
+def default_num_proc() -> int:
+    """The active SparkContext's default parallelism: the number of ranks when none is given."""
+    from horovod_spark.spark.driver import _spark_context
+    return int(_spark_context().defaultParallelism)
+
+
 def _run_parameters() -> List[str]:
     from horovod_spark.spark.driver import run
     return [name for name in inspect.signature(run).parameters if name not in _PER_CALL]
@@ -70,8 +76,7 @@ class SparkBackend(Backend):
 
     def num_processes(self) -> int:
         if self._num_proc is None:
-            from horovod_spark.spark.driver import _spark_context
-            self._num_proc = int(_spark_context().defaultParallelism)
+            self._num_proc = default_num_proc()
         return self._num_proc
 
     def run(self, fn: Callable, args=(), kwargs: Optional[dict] = None, env: Optional[Dict[str, str]] = None,
