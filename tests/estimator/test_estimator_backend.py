@@ -208,3 +208,12 @@ def test_spark_backend_arguments():
         SparkBackend(num_proc=0)
     with pytest.raises(TypeError, match="takes a dict of environment variables"):
         SparkBackend(env=["A=1"])
+
+
+def test_rank_environment_precedence():
+    """Framework defaults < the SparkBackend's env < backend_env; without a backend, defaults < backend_env."""
+    from horovod_spark.estimator.common import run_ranks
+    defaults, user = {"TF_CPP_MIN_LOG_LEVEL": "2", "B": "default"}, {"A": "user"}
+    runner = run_ranks.choose(SparkBackend(num_proc=2, env={"TF_CPP_MIN_LOG_LEVEL": "0", "A": "backend"}), None)
+    assert runner.rank_env(defaults, user) == {"B": "default", "A": "user"}  # the backend adds its own env
+    assert run_ranks.choose(None, 2).rank_env(defaults, user) == dict(defaults, A="user")

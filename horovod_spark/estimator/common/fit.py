@@ -38,7 +38,7 @@ def new_run_id() -> str:
 def run_fit(est, source):
     cfg = check_common(est)
     runner = run_ranks.choose(est.getOrDefault("backend"), cfg.num_proc)
-    rank_env = dict(est._rank_env(cfg), **est._user_rank_env())
+    rank_env = runner.rank_env(est._rank_env(cfg), est._user_rank_env())
     plan = est._check_framework(cfg)
     source.check(cfg)
     sc = source.spark_context()

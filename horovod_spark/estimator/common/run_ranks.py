@@ -28,6 +28,16 @@ class RankRunner:
             return self.backend.run_options.get("stdout")
         return None
 
+    def rank_env(self, defaults: Dict[str, str], user: Dict[str, str]) -> Dict[str, str]:
+        """What the ranks' environment gets from the estimator: the framework's ``defaults`` unless the
+        SparkBackend's own env sets them, then the user's Params (``backend_env``), which win."""
+        env = dict(defaults)
+        if isinstance(self.backend, SparkBackend):
+            for name in self.backend.env:
+                env.pop(name, None)
+        env.update(user)
+        return env
+
     def run(self, fn, args, num_proc: int, env: Dict[str, str], printer, verbose: int) -> List:
         """Results by rank of ``fn(*args)``; ``num_proc`` is the fit's resolved number of ranks."""
         import horovod_spark
