@@ -55,8 +55,8 @@ class ArrowReader(Reader):
         self.transformation_fn = transformation_fn
         self.prefetch_batches, self.read_threads = prefetch_batches, read_threads
         self.stats = ReaderStats()
-        self._spare_buffers: List[ShuffleBuffer] = []
         self.cache: Optional[RowGroupCache] = RowGroupCache(cache_max_bytes) if cache_in_memory else None
+        self._spare_buffers: List[ShuffleBuffer] = []
         self._column_plans: Dict[tuple, Optional[ColumnPlan]] = {}
 
         dataset = ds.dataset(store.fs_path(path), filesystem=store.filesystem(), format="parquet")
