@@ -1,13 +1,20 @@
 """horovod_spark: the Horovod programming model on Apache Spark.
 
-``horovod_spark.run(fn, num_proc=N)`` runs fn as N ranks in a Spark barrier stage. It is resolved
-lazily so that ``import horovod_spark.torch`` (and the core bindings) never import pyspark.
+``horovod_spark.run(fn, num_proc=N)`` runs fn as N ranks in a Spark barrier stage;
+``horovod_spark.HorovodRunner(np=N).run(main, **kwargs)`` is Databricks' sparkdl HorovodRunner on it.
+Both are resolved lazily so that ``import horovod_spark.torch`` (and the core bindings) never import pyspark.
 """
+_LAZY = {
+    "run": ("horovod_spark.spark.driver", "run"),
+    "HorovodRunner": ("horovod_spark.spark.horovod_runner", "HorovodRunner"),
+}
 
 
 def __getattr__(name):
-    if name == "run":
-        from horovod_spark.spark.driver import run
-        globals()["run"] = run
-        return run
+    if name in _LAZY:
+        import importlib
+        module, attr = _LAZY[name]
+        value = getattr(importlib.import_module(module), attr)
+        globals()[name] = value
+        return value
     raise AttributeError("module 'horovod_spark' has no attribute %r" % name)

@@ -11,6 +11,7 @@ import pyarrow.parquet as pq
 
 from horovod_spark.data.prefetch import BackgroundIterator, in_bursts, queue_bound
 from horovod_spark.data.reader import Reader, ReaderStats
+from horovod_spark.data.row_group_cache import RowGroupCache
 from horovod_spark.data.sharding import Slice, default_steps_per_epoch, epoch_order, epoch_plan
 from horovod_spark.data.shuffle_buffer import Rebatcher, ShuffleBuffer, chunk_rows, default_capacity
 
@@ -33,13 +34,17 @@ class ArrowReader(Reader):
     A training loop should keep one ``iter_batches(start_epoch, num_epochs)`` iterator open and
     take ``steps_per_epoch`` batches per epoch: read-ahead then runs across epoch boundaries,
     where ``iter_epoch`` starts each epoch cold.
+
+    ``cache_in_memory=True`` keeps every decoded row group in memory while it fits (see
+    row_group_cache.py; ``cache_max_bytes`` caps it), so later epochs, and later iterators of this
+    reader, decode each row group at most once; ``cache`` then tells what it holds.
     """
 
     def __init__(self, store, path: str, *, batch_size: int, rank: int = 0, num_ranks: int = 1,
                  columns: Optional[Sequence[str]] = None, shuffle: bool = True, seed: int = 0,
                  shuffle_buffer_rows: Optional[int] = None, steps_per_epoch: Optional[int] = None,
                  transformation_fn: Optional[Callable[[dict], object]] = None, prefetch_batches: int = 4,
-                 read_threads: int = 2):
+                 read_threads: int = 2, cache_in_memory: bool = False, cache_max_bytes: Optional[int] = None):
         if batch_size < 1:
             raise ValueError("batch_size must be >= 1, got %r" % (batch_size,))
         if not 0 <= rank < num_ranks:
@@ -50,6 +55,7 @@ class ArrowReader(Reader):
         self.transformation_fn = transformation_fn
         self.prefetch_batches, self.read_threads = prefetch_batches, read_threads
         self.stats = ReaderStats()
+        self.cache: Optional[RowGroupCache] = RowGroupCache(cache_max_bytes) if cache_in_memory else None
         self._spare_buffers: List[ShuffleBuffer] = []
 
         dataset = ds.dataset(store.fs_path(path), filesystem=store.filesystem(), format="parquet")
@@ -139,10 +145,10 @@ class ArrowReader(Reader):
             if unit in held:
                 return held[unit]
             if pool is not None:
-                future = pool.submit(self._read_unit, unit)
+                future = pool.submit(self._load_unit, unit)
             else:
                 future = Future()
-                future.set_result(self._read_unit(unit))
+                future.set_result(self._load_unit(unit))
             if uses[unit] > 1:
                 held[unit] = future
             return future
@@ -161,6 +167,9 @@ class ArrowReader(Reader):
             if piece.start or piece.stop != chunk_rows(chunk):
                 chunk = {name: values[piece.start:piece.stop] for name, values in chunk.items()}
             yield chunk
+
+    def _load_unit(self, unit: int) -> dict:
+        return self._read_unit(unit) if self.cache is None else self.cache.get(unit, self._read_unit)
 
     def _read_unit(self, unit: int) -> dict:
         # A row group is the smallest unit Parquet decodes, so it is read whole and sliced after.

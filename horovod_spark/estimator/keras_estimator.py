@@ -32,6 +32,7 @@ class KerasEstimator(HorovodEstimator):
                             "{name: class or function}, as for keras.models.load_model")
     checkpoint_callback = _param("checkpoint_callback", "a keras.callbacks.ModelCheckpoint run on rank 0; the "
                                  "model it saved last (the best one, with save_best_only) is the fitted model")
+    backend_env = _param("backend_env", "environment variables added to every rank's: {name: value}")
 
     @keyword_only
     def __init__(self, *, num_proc=None, model=None, optimizer=None, loss=None, metrics=None, feature_cols=None,
@@ -39,11 +40,12 @@ class KerasEstimator(HorovodEstimator):
                  batch_size=None, val_batch_size=None, epochs=None, train_steps_per_epoch=None,
                  validation_steps_per_epoch=None, shuffle=None, random_seed=None, gradient_compression=None,
                  backward_passes_per_step=None, store=None, run_id=None, callbacks=None, transformation_fn=None,
-                 verbose=None, use_gpu=None, data_module=None, custom_objects=None, checkpoint_callback=None,
+                 verbose=None, use_gpu=None, data_module=None, backend=None,
+                 inmemory_cache_all=None, backend_env=None, custom_objects=None, checkpoint_callback=None,
                  **unknown):
         super().__init__()
         refuse_unknown_params(type(self).__name__, unknown)
-        self._setDefault(custom_objects={}, checkpoint_callback=None)
+        self._setDefault(custom_objects={}, checkpoint_callback=None, backend_env={})
         self.setParams(**self._input_kwargs)
 
     @keyword_only
@@ -52,11 +54,26 @@ class KerasEstimator(HorovodEstimator):
                   batch_size=None, val_batch_size=None, epochs=None, train_steps_per_epoch=None,
                   validation_steps_per_epoch=None, shuffle=None, random_seed=None, gradient_compression=None,
                   backward_passes_per_step=None, store=None, run_id=None, callbacks=None, transformation_fn=None,
-                  verbose=None, use_gpu=None, data_module=None, custom_objects=None, checkpoint_callback=None,
+                  verbose=None, use_gpu=None, data_module=None, backend=None,
+                  inmemory_cache_all=None, backend_env=None, custom_objects=None, checkpoint_callback=None,
                   **unknown):
         """Set the given params (keyword arguments only); None leaves a param as it is."""
         refuse_unknown_params(type(self).__name__, unknown)
         return self._set(**{k: v for k, v in self._input_kwargs.items() if v is not None})
+
+    def get_model_class(self):
+        """The Model class ``fit`` returns (Horovod's estimator method)."""
+        return KerasModel
+
+    def get_model_shapes(self):
+        """(input shapes, output shapes) of the ``model`` Param, batch dimension included, -1 where unknown."""
+        model = self.getOrDefault("model")
+        if model is None:
+            raise ValueError("get_model_shapes() needs the model Param: pass model=<a built keras.Model>")
+
+        def shapes(tensors):
+            return [[-1 if d is None else int(d) for d in t.shape] for t in tensors]
+        return shapes(model.inputs), shapes(model.outputs)
 
     # -- HorovodEstimator hooks --------------------------------------------------------------------
     def _check_framework(self, cfg):
@@ -70,6 +87,13 @@ class KerasEstimator(HorovodEstimator):
     def _rank_env(self, cfg) -> dict:
         # Level 2 drops TensorFlow's C++ INFO and WARNING lines, which would reach the driver from every rank.
         return {"TF_CPP_MIN_LOG_LEVEL": "2"}
+
+    def _user_rank_env(self) -> dict:
+        env = self.getOrDefault("backend_env") or {}
+        if not isinstance(env, dict):
+            raise ValueError("backend_env must be a dict of environment variables for the ranks, got %s"
+                             % type(env).__name__)
+        return dict(env)
 
     def _build_model(self, result, cfg, run_id):
         custom_objects = self.getOrDefault("custom_objects") or {}

@@ -19,7 +19,7 @@ from horovod_spark.common import config
 from .common.checkpoint import CheckpointStore
 from .common.history import History
 from .common.progress_rank import ProgressReporter
-from .common.rank_data import train_reader, val_reader
+from .common.rank_data import report_cache, train_reader, val_reader
 from .common.shapes import per_row_shape
 
 CHECKPOINT_FORMAT = 1
@@ -134,6 +134,7 @@ class _KerasTrainer:
                 self.reporter.train_begin(spec.epochs, spec.start_epoch, self.train_reader.steps_per_epoch,
                                           self.val_steps, spec.run_id)
                 self.reporter.train_end()
+            report_cache(spec, self.rank, self.train_reader, self.val_reader)
             if self.rank != 0:
                 return None
             if best_path is not None and os.path.exists(best_path):

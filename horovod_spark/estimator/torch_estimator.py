@@ -30,7 +30,8 @@ class TorchEstimator(HorovodEstimator):
                  batch_size=None, val_batch_size=None, epochs=None, train_steps_per_epoch=None,
                  validation_steps_per_epoch=None, shuffle=None, random_seed=None, gradient_compression=None,
                  backward_passes_per_step=None, store=None, run_id=None, callbacks=None, transformation_fn=None,
-                 verbose=None, use_gpu=None, data_module=None, **unknown):
+                 verbose=None, use_gpu=None, data_module=None, backend=None,
+                 inmemory_cache_all=None, **unknown):
         super().__init__()
         refuse_unknown_params(type(self).__name__, unknown)
         self.setParams(**self._input_kwargs)
@@ -41,10 +42,15 @@ class TorchEstimator(HorovodEstimator):
                   batch_size=None, val_batch_size=None, epochs=None, train_steps_per_epoch=None,
                   validation_steps_per_epoch=None, shuffle=None, random_seed=None, gradient_compression=None,
                   backward_passes_per_step=None, store=None, run_id=None, callbacks=None, transformation_fn=None,
-                  verbose=None, use_gpu=None, data_module=None, **unknown):
+                  verbose=None, use_gpu=None, data_module=None, backend=None,
+                  inmemory_cache_all=None, **unknown):
         """Set the given params (keyword arguments only); None leaves a param as it is."""
         refuse_unknown_params(type(self).__name__, unknown)
         return self._set(**{k: v for k, v in self._input_kwargs.items() if v is not None})
+
+    def get_model_class(self):
+        """The Model class ``fit`` returns (Horovod's estimator method)."""
+        return TorchModel
 
     # -- HorovodEstimator hooks --------------------------------------------------------------------
     def _check_framework(self, cfg):

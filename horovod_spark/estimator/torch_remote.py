@@ -15,7 +15,7 @@ import numpy as np
 from .common.checkpoint import CheckpointStore
 from .common.history import EpochMetrics, History
 from .common.progress_rank import ProgressReporter
-from .common.rank_data import train_reader, val_batches, val_reader
+from .common.rank_data import report_cache, train_reader, val_batches, val_reader
 from .common.shapes import label_arrays, model_inputs, per_row_shape
 
 CHECKPOINT_FORMAT = 1
@@ -127,6 +127,7 @@ class _Trainer:
             self.reporter.epoch_end(epoch, logs, time.monotonic() - started)
         self._callback("on_train_end", self.history.to_dict())
         self.reporter.train_end()
+        report_cache(spec, self.rank, self.train_reader, self.val_reader)
         if self.rank != 0:
             return None
         buf = io.BytesIO()

@@ -1,4 +1,5 @@
-"""Run Horovod-style training functions as Spark barrier tasks: ``horovod_spark.spark.run``.
+"""Run Horovod-style training functions as Spark barrier tasks: ``horovod_spark.spark.run``, and
+Databricks' ``HorovodRunner`` on top of it (with ``log_to_driver`` and the Keras ``LogCallback``).
 
 Names resolve lazily so that rank processes, which import ``horovod_spark.spark.rank_main``, do
 not pay for importing pyspark. The exceptions are those of ``horovod_spark.exceptions``; this
@@ -6,6 +7,9 @@ package's ``RankFailedError`` is its ``SparkRankFailedError``.
 """
 _EXPORTS = {
     "run": (".driver", "run"),
+    "HorovodRunner": (".horovod_runner", "HorovodRunner"),
+    "log_to_driver": (".driver_log", "log_to_driver"),
+    "LogCallback": (".log_callback", "LogCallback"),
     "HorovodSparkError": ("horovod_spark.exceptions", "HorovodSparkError"),
     "RankFailedError": ("horovod_spark.exceptions", "SparkRankFailedError"),
     "StartTimeoutError": ("horovod_spark.exceptions", "StartTimeoutError"),

@@ -27,6 +27,8 @@ from horovod_spark.tensorflow.gradient_tape import DistributedGradientTape, Part
 from horovod_spark.tensorflow.mpi_ops import (allgather, allreduce, alltoall, broadcast, grouped_allgather,
                                               grouped_allreduce, grouped_reducescatter, reducescatter)
 from horovod_spark.tensorflow.optimizer import DistributedOptimizer
+from horovod_spark.tensorflow.util import (check_num_rank_power_of_2, handle_average_backwards_compatibility,
+                                           refs_to_vars, vars_to_refs)
 
 __all__ = [
     "init", "shutdown", "is_initialized", "size", "rank", "local_size", "local_rank", "cross_size", "cross_rank",
@@ -39,4 +41,5 @@ __all__ = [
     "reducescatter", "grouped_reducescatter", "join", "barrier",
     "broadcast_variables", "broadcast_global_variables", "broadcast_object", "broadcast_object_fn",
     "allgather_object", "DistributedGradientTape", "PartialDistributedGradientTape", "DistributedOptimizer",
+    "handle_average_backwards_compatibility", "check_num_rank_power_of_2", "vars_to_refs", "refs_to_vars",
 ]

@@ -45,14 +45,23 @@ def _text(nb):
 
 
 def test_notebooks_are_all_tested():
-    assert sorted(os.listdir(NOTEBOOKS)) == ["horovod_spark_run.ipynb", "keras_estimator.ipynb",
-                                             "torch_estimator.ipynb"]
+    assert sorted(os.listdir(NOTEBOOKS)) == ["horovod_runner.ipynb", "horovod_spark_run.ipynb",
+                                             "keras_estimator.ipynb", "torch_estimator.ipynb"]
 
 
 def test_run_notebook(tmp_path):
     text = _text(_run("horovod_spark_run.ipynb", tmp_path))
     assert "ranks agree: True" in text, text
     assert re.search(r"'rank': 0, 'loss'", text) and re.search(r"'rank': 1, 'loss'", text), text
+
+
+def test_horovod_runner_notebook(tmp_path):
+    text = _text(_run("horovod_runner.ipynb", tmp_path))
+    assert "same result on the driver and on the cluster: True" in text, text
+    # np=-2 shows every rank's lines; log_callback_only shows only log_to_driver's.
+    assert "[1]<stdout>:rank 1 step 0: loss" in text, text
+    assert text.count("[0]<stdout>:trained 200 steps on 2 ranks") == 2, text
+    assert text.count("step 0: loss") == 2, text
 
 
 @pytest.mark.parametrize("name", ["torch_estimator.ipynb", "keras_estimator.ipynb"])

@@ -40,6 +40,7 @@ class FitConfig:
     data_module: str
     callbacks: list
     transformation_fn: object
+    inmemory_cache_all: bool = False
 
 
 def _positive_int(name: str, value, allow_none: bool = False) -> Optional[int]:
@@ -131,6 +132,11 @@ def check_common(est) -> FitConfig:
     from horovod_spark.data import data_modules
     if data_module not in data_modules():
         raise ValueError("data_module=%r is unknown; available: %s" % (data_module, data_modules()))
+    inmemory_cache_all = bool(get("inmemory_cache_all"))
+    if inmemory_cache_all and data_module != "arrow":
+        raise ValueError("inmemory_cache_all=True needs data_module='arrow' (the reader that keeps row groups in "
+                         "memory); data_module=%r reads from the files every epoch: pass one or the other"
+                         % data_module)
 
     callbacks = list(get("callbacks") or [])
     hooks = ("on_train_begin", "on_epoch_begin", "on_batch_end", "on_epoch_end", "on_train_end")
@@ -150,7 +156,7 @@ def check_common(est) -> FitConfig:
                      shuffle=bool(shuffle), shuffle_buffer_rows=buffer_rows, random_seed=seed,
                      backward_passes_per_step=backward_passes, run_id=run_id, verbose=verbose,
                      use_gpu=bool(est.getOrDefault("use_gpu")), data_module=data_module, callbacks=callbacks,
-                     transformation_fn=transformation_fn)
+                     transformation_fn=transformation_fn, inmemory_cache_all=inmemory_cache_all)
 
 
 def check_columns(cfg: FitConfig, available: List[str], where: str) -> None:

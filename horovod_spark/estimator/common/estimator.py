@@ -1,4 +1,4 @@
-"""The estimator base class shared by TorchEstimator and (later) KerasEstimator."""
+"""The estimator base class shared by TorchEstimator and KerasEstimator."""
 from typing import Optional
 
 from pyspark.ml import Estimator
@@ -34,4 +34,9 @@ class HorovodEstimator(Estimator, EstimatorParams):
         raise NotImplementedError
 
     def _rank_env(self, cfg) -> dict:
+        """Environment variables the framework sets for its ranks unless the user sets them."""
+        return {}
+
+    def _user_rank_env(self) -> dict:
+        """Environment variables the user's Params set for the ranks."""
         return {}

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from horovod_spark.exceptions import HorovodSparkError
 from horovod_spark.spark import preflight
 
+from . import run_ranks
 from .checkpoint import CheckpointStore
 from .checks import check_common
 from .progress_driver import ProgressPrinter
@@ -36,11 +37,13 @@ def new_run_id() -> str:
 
 def run_fit(est, source):
     cfg = check_common(est)
+    runner = run_ranks.choose(est.getOrDefault("backend"), cfg.num_proc)
+    rank_env = runner.rank_env(est._rank_env(cfg), est._user_rank_env())
     plan = est._check_framework(cfg)
     source.check(cfg)
     sc = source.spark_context()
-    num_proc = preflight.check_num_proc(cfg.num_proc, sc.defaultParallelism)
-    out = sys.stdout
+    num_proc = preflight.check_num_proc(runner.num_proc, sc.defaultParallelism)
+    out = runner.out or sys.stdout
 
     def log(level, text):
         if cfg.verbose >= level:
@@ -49,7 +52,8 @@ def run_fit(est, source):
 
     # Free task slots are checked now, before data preparation spends minutes of the cluster.
     try:
-        preflight.check_cluster(sc, num_proc, log)
+        if runner.on_spark:
+            preflight.check_cluster(sc, num_proc, log)
     except HorovodSparkError as exc:
         raise ValueError("num_proc=%d cannot run on this cluster: %s" % (num_proc, exc)) from exc
 
@@ -94,15 +98,13 @@ def run_fit(est, source):
         train_steps_per_epoch=cfg.train_steps_per_epoch, validation_steps_per_epoch=cfg.validation_steps_per_epoch,
         shuffle=cfg.shuffle, shuffle_buffer_rows=cfg.shuffle_buffer_rows, seed=seed,
         backward_passes_per_step=cfg.backward_passes_per_step, data_module=cfg.data_module, use_gpu=cfg.use_gpu,
-        verbose=cfg.verbose, payload=plan.payload)
+        verbose=cfg.verbose, payload=plan.payload, inmemory_cache_all=cfg.inmemory_cache_all)
 
-    import horovod_spark
     log(1, "run %s: training %d epoch(s) on %d rank(s)%s" % (
         run_id, cfg.epochs, num_proc, ", resuming after epoch %d" % start_epoch if start_epoch else ""))
     printer = ProgressPrinter(cfg.verbose, out=out)
     try:
-        results = horovod_spark.run(est._remote_trainer(), args=(spec,), num_proc=num_proc, stdout=printer,
-                                    verbose=cfg.verbose, env=est._rank_env(cfg))
+        results = runner.run(est._remote_trainer(), (spec,), num_proc, rank_env, printer, cfg.verbose)
     finally:
         printer.close()
     result = results[0]

@@ -9,8 +9,13 @@ from pyspark.ml.param import Param, Params, TypeConverters
 
 from . import converters as conv
 
+# Accessor spellings that Horovod's estimators use and the rule below would not produce.
+_CAMEL_AS_IN_HOROVOD = {"inmemory_cache_all": "InMemoryCacheAll"}
+
 
 def _camel(name: str) -> str:
+    if name in _CAMEL_AS_IN_HOROVOD:
+        return _CAMEL_AS_IN_HOROVOD[name]
     return "".join(part[:1].upper() + part[1:] for part in name.split("_"))
 
 
@@ -102,6 +107,12 @@ class EstimatorParams(ColumnParams):
     data_module = _param("data_module", "reader of the prepared data: 'arrow' (built in) or 'petastorm' (older "
                         "stack only: pyarrow < 16)",
                          TypeConverters.toString)
+    backend = _param("backend", "how the ranks run: a horovod_spark.spark.common.backend.SparkBackend (num_proc and "
+                     "horovod_spark.run settings) or another object with run(fn, args, kwargs, env) and "
+                     "num_processes(); default: horovod_spark.run with num_proc")
+    inmemory_cache_all = _param("inmemory_cache_all", "keep the prepared data each rank reads in its memory while it "
+                                "fits, so that epochs after the first (and validation) read no files",
+                                TypeConverters.toBoolean)
 
     def __init__(self):
         super().__init__()
@@ -109,7 +120,8 @@ class EstimatorParams(ColumnParams):
                          sample_weight_col=None, validation=None, batch_size=32, val_batch_size=None, epochs=1,
                          train_steps_per_epoch=None, validation_steps_per_epoch=None, shuffle=True,
                          random_seed=None, gradient_compression=None, backward_passes_per_step=1, store=None,
-                         callbacks=[], transformation_fn=None, verbose=1, use_gpu=True, data_module="arrow")
+                         callbacks=[], transformation_fn=None, verbose=1, use_gpu=True, data_module="arrow",
+                         backend=None, inmemory_cache_all=False)
 
 
 @with_accessors
@@ -138,18 +150,25 @@ class ModelParams(ColumnParams):
 # "unexpected keyword argument".
 PARAMS_ONLY_IN_HOROVOD = {
     "shuffle_buffer_size": "pass shuffle=<rows> (a shuffle buffer size in rows) or shuffle=True",
-    "backend": "ranks always run as one Spark barrier stage through horovod_spark.run; drop it",
     "loss_weights": "several label columns' losses are summed; weight them inside your loss function",
     "partitions_per_process": "the prepared data is split by rows among the ranks; drop it",
     "reader_pool_type": "the Arrow reader needs no worker pool; drop it (data_module='petastorm' uses "
                         "Petastorm's defaults)",
     "train_reader_num_workers": "the Arrow reader reads ahead in one background thread; drop it",
     "val_reader_num_workers": "the Arrow reader reads ahead in one background thread; drop it",
-    "inmemory_cache_all": "drop it (each epoch streams the prepared Parquet again)",
     "train_minibatch_fn": "not supported; the training step is built in (callbacks see every batch)",
     "loss_constructors": "pass loss= a function or a loss module instance",
     "feature_columns": "it is feature_cols here",
     "label_columns": "it is label_cols here",
+    "continuous_cols": "list every input column in feature_cols (Horovod reads this only in its Lightning "
+                       "estimator); drop it",
+    "categorical_cols": "list every input column in feature_cols (Horovod reads this only in its Lightning "
+                        "estimator); drop it",
+    "mp_start_method": "the Arrow reader starts no worker processes; drop it",
+    "compress_sparse_cols": "sparse vector columns are prepared as fixed-length arrays; drop it",
+    "transformation_edit_fields": "transformation_fn may return any batch dict, with no schema to declare; drop it",
+    "transformation_removed_fields": "transformation_fn may return any batch dict, with no schema to declare; "
+                                     "drop it",
 }
 
 

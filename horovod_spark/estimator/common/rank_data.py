@@ -1,4 +1,5 @@
 """The readers a rank trains and validates with, built from a TrainSpec (no pyspark, no framework)."""
+import sys
 from typing import Iterator, Optional
 
 from horovod_spark.data import make_reader
@@ -11,6 +12,7 @@ def train_reader(spec: TrainSpec, rank: int, size: int, transformation_fn=None):
                    steps_per_epoch=spec.train_steps_per_epoch, transformation_fn=transformation_fn)
     if spec.shuffle_buffer_rows:
         options["shuffle_buffer_rows"] = spec.shuffle_buffer_rows
+    options.update(_cache_options(spec))
     return make_reader(spec.data_module, store=spec.store, path=spec.train_path, batch_size=spec.batch_size,
                        rank=rank, num_ranks=size, **options)
 
@@ -22,7 +24,23 @@ def val_reader(spec: TrainSpec, rank: int, size: int, transformation_fn=None):
     # in its plan (see data/sharding.py), which val_batches relies on.
     return make_reader(spec.data_module, store=spec.store, path=spec.val_path, batch_size=spec.val_batch_size,
                        rank=rank, num_ranks=size, columns=spec.columns, shuffle=False, seed=spec.seed,
-                       steps_per_epoch=spec.validation_steps_per_epoch, transformation_fn=transformation_fn)
+                       steps_per_epoch=spec.validation_steps_per_epoch, transformation_fn=transformation_fn,
+                       **_cache_options(spec))
+
+
+def _cache_options(spec: TrainSpec) -> dict:
+    # Only when asked: data modules other than the Arrow reader take no cache options.
+    return {"cache_in_memory": True} if spec.inmemory_cache_all else {}
+
+
+def report_cache(spec: TrainSpec, rank: int, train, val) -> None:
+    """One line per cached reader on the rank's stdout: always at verbose 2, at verbose 1 only when
+    the data did not fit (the user asked for caching and does not fully get it)."""
+    for what, reader in (("training", train), ("validation", val)):
+        cache = getattr(reader, "cache", None)
+        if cache is not None and (spec.verbose >= 2 or (spec.verbose >= 1 and cache.not_kept)):
+            print("inmemory_cache_all: rank %d %s data: %s" % (rank, what, cache.summary()), flush=True,
+                  file=sys.stdout)
 
 
 def shard_rows(total_rows: int, rank: int, size: int) -> int:

@@ -34,6 +34,7 @@ class TrainSpec:
     use_gpu: bool
     verbose: int
     payload: bytes                 # the framework's cloudpickled model, optimizer, loss, ...
+    inmemory_cache_all: bool = False   # ranks keep the row groups they read in memory (data/row_group_cache.py)
     keep_checkpoints: int = 2
     progress_interval: float = 0.5
 
