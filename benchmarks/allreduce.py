@@ -323,12 +323,12 @@ def parse_records(text):
 
 
 def tail(text, lines=15):
-    kept = [l for l in (text or "").splitlines() if MARKER not in l]
+    kept = [line for line in (text or "").splitlines() if MARKER not in line]
     # Each rank's one-line failure summary first: the last lines alone often show only the
     # secondary "peer has shut down" error of a rank that outlived the one at fault.
-    summaries = [l for l in kept if " worker rank " in l and " failed: " in l]
-    shown = summaries + [l for l in kept[-lines:] if l not in summaries]
-    return "\n".join("    | " + l for l in shown)
+    summaries = [line for line in kept if " worker rank " in line and " failed: " in line]
+    shown = summaries + [line for line in kept[-lines:] if line not in summaries]
+    return "\n".join("    | " + line for line in shown)
 
 
 def wait_for_quiet(max_s, threshold):

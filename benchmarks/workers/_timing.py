@@ -101,7 +101,7 @@ def bench_sizes(adapter, system, sizes, quick):
                                % (system, nbytes, got, nranks))
         # Zeros stay zeros under Sum, so repeated in-place reductions never reach inf/NaN.
         adapter.fill(buf, 0.0)
-        times, est, usage = time_op(lambda: adapter.allreduce(buf, nbytes), nbytes, quick,
+        times, est, usage = time_op(lambda buf=buf, nbytes=nbytes: adapter.allreduce(buf, nbytes), nbytes, quick,
                                     adapter.max_across, adapter.barrier)
         if rank == 0:
             rec = {"kind": "allreduce", "system": system, "np": nranks, "bytes": nbytes,
@@ -110,7 +110,6 @@ def bench_sizes(adapter, system, sizes, quick):
             rec.update(usage)
             rec["algbw_GBps"] = nbytes / rec["median_s"] / 1e9
             emit(rec)
-        del buf
 
 
 def report_failure(system, rank, exc):

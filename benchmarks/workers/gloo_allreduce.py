@@ -4,9 +4,8 @@ Reads rank/world size/master address from the environment torchrun sets, like an
 """
 import sys
 
-import numpy as np
-
 import _timing
+import numpy as np
 
 try:
     import torch

@@ -8,12 +8,12 @@ import itertools
 import sys
 import time
 
-import numpy as np
-
 import _timing
+import numpy as np
 
 try:
     import torch
+
     import horovod_spark.torch as hvd
     from horovod_spark.common import ops
 except ImportError as exc:

@@ -21,11 +21,10 @@ core's share into negotiation and data movement.
 import argparse
 import time
 
-import numpy as np
-
 import _timing
-
+import numpy as np
 import torch
+
 import horovod_spark.torch as hvd
 from horovod_spark.common import _core, ops
 

@@ -4,9 +4,8 @@ In-place ``comm.Allreduce(MPI.IN_PLACE, buf)`` on numpy float32 buffers, as mpi4
 """
 import sys
 
-import numpy as np
-
 import _timing
+import numpy as np
 
 try:
     from mpi4py import MPI

@@ -5,11 +5,10 @@ Function for function with Horovod's ``horovod.common.basics`` as re-exported by
 import atexit
 import os
 import threading
-from typing import Optional
 
 from horovod_spark.common import _core, rendezvous
 from horovod_spark.common import config as env_config  # basics.config() is the core's settings
-from horovod_spark.exceptions import ConfigError, HorovodInternalError
+from horovod_spark.exceptions import ConfigError
 
 _lock = threading.RLock()
 _state = {"topology": None, "generation": 0, "mpi": False, "comm": None}

@@ -6,7 +6,7 @@ reads and writes them in place, without copies.
 """
 import enum
 import time
-from typing import Optional, Sequence
+from typing import Optional
 
 from horovod_spark.common import _core
 from horovod_spark.exceptions import HorovodCollectiveError, HorovodInternalError, HorovodTimeoutError

@@ -4,9 +4,12 @@ Adding or removing a set is itself a collective over all ranks (every rank calls
 ranks), so every rank agrees on the set's id.
 """
 import threading
-from typing import Iterable, List, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Iterable, List, Optional, Sequence, Union
 
-from horovod_spark.common import _core, ops
+from horovod_spark.common import ops
+
+if TYPE_CHECKING:  # only for the annotation: mpi4py is optional
+    import mpi4py.MPI
 
 
 class ProcessSet:

@@ -3,14 +3,14 @@ import datetime
 from typing import Optional, Sequence, Union
 
 from pyspark.ml.functions import vector_to_array
-from pyspark.sql import DataFrame, functions as F
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
 
 from horovod_spark.data.cache_key import dataset_key
 from horovod_spark.data.metadata import ColumnInfo, PreparedDataset, load_prepared, metadata_to_json
 from horovod_spark.data.parquet_writer import choose_num_files, estimate_row_bytes, write_parquet
 from horovod_spark.data.schema import column, inspect_columns
-from horovod_spark.data.validate import (SPLIT_COL, check_arguments, check_stats, column_roles, scan_data,
-                                         split_column)
+from horovod_spark.data.validate import SPLIT_COL, check_arguments, check_stats, column_roles, scan_data, split_column
 
 DEFAULT_ROW_GROUP_BYTES = 8 << 20
 

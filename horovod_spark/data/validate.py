@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Union
 
 from pyspark.ml.functions import vector_to_array
-from pyspark.sql import DataFrame, functions as F
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
 
 from horovod_spark.data.schema import ColumnSpec, column, is_integral_or_boolean
 

@@ -10,9 +10,9 @@ from typing import Any
 
 import cloudpickle
 
-from .keras_io import model_from_bytes, model_to_bytes
 from horovod_spark.estimator.common import payload as _shared
 
+from .keras_io import model_from_bytes, model_to_bytes
 
 
 @dataclass
@@ -114,6 +114,7 @@ def check_model(est):
     """(model, custom_objects, model bytes): the model must be a built Keras 3 model that loads back
     from its bytes with ``custom_objects``, which is checked here rather than on every rank."""
     import keras
+
     from horovod_spark.keras.optimizer import check_backend
     try:
         check_backend()

@@ -11,9 +11,9 @@ from typing import List
 import cloudpickle
 import torch
 
-from . import torch_metrics
 from horovod_spark.estimator.common import payload as _shared
 
+from . import torch_metrics
 
 
 @dataclass

@@ -10,19 +10,43 @@ Ported scripts change only their import::
 
 See docs/tensorflow_keras.md for what differs from Horovod with Keras 2.
 """
-from horovod_spark.common.basics import (ccl_built, cross_rank, cross_size, cuda_built, ddl_built, gloo_built,
-                                         gloo_enabled, is_homogeneous, is_initialized, local_rank, local_size,
-                                         mpi_built, mpi_enabled, mpi_threads_supported, nccl_built, rank,
-                                         rocm_built, size, start_timeline, stop_timeline)
-from horovod_spark.common.process_sets import (ProcessSet, add_process_set, global_process_set,
-                                               remove_process_set)
+from horovod_spark.common.basics import (
+                                         ccl_built,
+                                         cross_rank,
+                                         cross_size,
+                                         cuda_built,
+                                         ddl_built,
+                                         gloo_built,
+                                         gloo_enabled,
+                                         is_homogeneous,
+                                         is_initialized,
+                                         local_rank,
+                                         local_size,
+                                         mpi_built,
+                                         mpi_enabled,
+                                         mpi_threads_supported,
+                                         nccl_built,
+                                         rank,
+                                         rocm_built,
+                                         size,
+                                         start_timeline,
+                                         stop_timeline,
+)
+from horovod_spark.common.process_sets import ProcessSet, add_process_set, global_process_set, remove_process_set
 from horovod_spark.exceptions import HorovodInternalError
 from horovod_spark.keras import callbacks
 from horovod_spark.keras.ops import allgather, allreduce, broadcast, broadcast_global_variables, reducescatter
 from horovod_spark.keras.optimizer import DistributedOptimizer, PartialDistributedOptimizer
 from horovod_spark.keras.saving import load_model
-from horovod_spark.tensorflow import (allgather_object, barrier, broadcast_object, broadcast_variables, init, join,
-                                      shutdown)
+from horovod_spark.tensorflow import (
+                                         allgather_object,
+                                         barrier,
+                                         broadcast_object,
+                                         broadcast_variables,
+                                         init,
+                                         join,
+                                         shutdown,
+)
 from horovod_spark.tensorflow._op_args import Adasum, Average, Max, Min, Product, Sum
 from horovod_spark.tensorflow.compression import Compression
 

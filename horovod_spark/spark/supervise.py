@@ -84,9 +84,9 @@ def _spark_message(error) -> str:
         except Exception:
             text = ""
     lines = (text or str(error)).splitlines()
-    head = " ".join(l.strip() for l in lines[:2] if l.strip())[:600] or type(error).__name__
+    head = " ".join(line.strip() for line in lines[:2] if line.strip())[:600] or type(error).__name__
     marker = "Traceback (most recent call last):"
-    start = next((i for i, l in enumerate(lines) if l.endswith(marker)), None)
+    start = next((i for i, line in enumerate(lines) if line.endswith(marker)), None)
     if start is not None:
         for line in lines[start + 1:]:
             if line and not line[0].isspace():

@@ -151,14 +151,5 @@ def grouped_reducescatter(tensors, device_dense="", compression=Compression.none
 
 
 # The rest of horovod.tensorflow.mpi_ops' namespace, which ported scripts also import from here.
-from horovod_spark.common.basics import (ccl_built, cross_rank, cross_size, cuda_built, ddl_built,  # noqa: E402
-                                         gloo_built, gloo_enabled, is_homogeneous, is_initialized, local_rank,
-                                         local_size, mpi_built, mpi_enabled, mpi_threads_supported, nccl_built,
-                                         rank, rocm_built, size, start_timeline, stop_timeline)
-from horovod_spark.common.process_sets import ProcessSet, add_process_set, remove_process_set  # noqa: E402
-from horovod_spark.tensorflow._control import (init, join, local_rank_op, local_size_op,  # noqa: E402
-                                               process_set_included_op, rank_op, shutdown, size_op)
-from horovod_spark.tensorflow._op_args import Adasum, Max, Min, Product  # noqa: E402
-from horovod_spark.tensorflow.functions import broadcast_  # noqa: E402
 
 handle_average_backwards_compatibility = resolve_op

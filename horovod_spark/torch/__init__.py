@@ -9,8 +9,12 @@ Ported scripts change only their import::
     hvd.broadcast_optimizer_state(optimizer, root_rank=0)
 """
 from horovod_spark.torch import mpi_ops as _mpi_ops
-from horovod_spark.torch.functions import (allgather_object, broadcast_object, broadcast_optimizer_state,
-                                           broadcast_parameters)
+from horovod_spark.torch.functions import (
+                                           allgather_object,
+                                           broadcast_object,
+                                           broadcast_optimizer_state,
+                                           broadcast_parameters,
+)
 from horovod_spark.torch.mpi_ops import *  # noqa: F401,F403 - the op API, listed in mpi_ops.__all__
 from horovod_spark.torch.optimizer import DistributedOptimizer
 from horovod_spark.torch.sync_batch_norm import SyncBatchNorm

@@ -9,8 +9,7 @@ import torch
 from torch.autograd import Function
 
 from horovod_spark.common import basics
-from horovod_spark.torch import _data_ops
-from horovod_spark.torch import _reduce_ops
+from horovod_spark.torch import _data_ops, _reduce_ops
 from horovod_spark.torch._handles import synchronize
 
 

@@ -7,8 +7,7 @@ import torch
 
 from horovod_spark.common import ops as _core
 from horovod_spark.common.process_sets import global_process_set, root_index
-from horovod_spark.torch import _buffers
-from horovod_spark.torch import _handles
+from horovod_spark.torch import _buffers, _handles
 
 
 def _launch_allgather(tensor, core_name, process_set):

@@ -9,8 +9,7 @@ import torch
 
 from horovod_spark.common import ops as _core
 from horovod_spark.common.process_sets import global_process_set
-from horovod_spark.torch import _buffers
-from horovod_spark.torch import _handles
+from horovod_spark.torch import _buffers, _handles
 from horovod_spark.torch._data_ops import allgather_async
 from horovod_spark.torch._handles import synchronize
 

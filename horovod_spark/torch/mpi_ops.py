@@ -5,27 +5,63 @@ Synchronous functions live here; the ``*_async`` ones, which return handles for 
 leave their input unchanged and are differentiable; those with one work in place.
 """
 from horovod_spark.common import basics as _basics
-from horovod_spark.common.basics import (cross_rank, cross_size, cuda_built, gloo_built, gloo_enabled,
-                                         is_homogeneous, is_initialized, local_rank, local_size, mpi_built,
-                                         mpi_enabled, mpi_threads_supported, nccl_built, rank, size,
-                                         start_timeline, stop_timeline)
-from horovod_spark.common.process_sets import (ProcessSet, add_process_set, global_process_set,
-                                               remove_process_set)
+from horovod_spark.common.basics import (
+    cross_rank,
+    cross_size,
+    cuda_built,
+    gloo_built,
+    gloo_enabled,
+    is_homogeneous,
+    is_initialized,
+    local_rank,
+    local_size,
+    mpi_built,
+    mpi_enabled,
+    mpi_threads_supported,
+    nccl_built,
+    rank,
+    size,
+    start_timeline,
+    stop_timeline,
+)
+from horovod_spark.common.process_sets import ProcessSet, add_process_set, global_process_set, remove_process_set
 from horovod_spark.exceptions import HorovodInternalError
-from horovod_spark.torch._autograd import (HorovodAllgather, HorovodAllreduce, HorovodAlltoall,
-                                           HorovodBroadcast, HorovodGroupedAllgather,
-                                           HorovodGroupedAllreduce, HorovodGroupedReducescatter,
-                                           HorovodReducescatter)
 from horovod_spark.torch import _reduce_ops
+from horovod_spark.torch._autograd import (
+    HorovodAllgather,
+    HorovodAllreduce,
+    HorovodAlltoall,
+    HorovodBroadcast,
+    HorovodGroupedAllgather,
+    HorovodGroupedAllreduce,
+    HorovodGroupedReducescatter,
+    HorovodReducescatter,
+)
 from horovod_spark.torch._control_ops import barrier, init, join, shutdown
-from horovod_spark.torch._data_ops import (allgather_async, alltoall_async, broadcast_async,
-                                           broadcast_async_, grouped_allgather_async)
+from horovod_spark.torch._data_ops import (
+    allgather_async,
+    alltoall_async,
+    broadcast_async,
+    broadcast_async_,
+    grouped_allgather_async,
+)
 from horovod_spark.torch._handles import poll, synchronize
-from horovod_spark.torch._reduce_ops import (Adasum, Average, Max, Min, Product, Sum, allreduce_async,
-                                             allreduce_async_, grouped_allreduce_async,
-                                             grouped_allreduce_async_, grouped_reducescatter_async,
-                                             handle_average_backwards_compatibility, reducescatter_async,
-                                             sparse_allreduce_async)
+from horovod_spark.torch._reduce_ops import (
+    Adasum,
+    Average,
+    Max,
+    Min,
+    Product,
+    Sum,
+    allreduce_async,
+    allreduce_async_,
+    grouped_allreduce_async,
+    grouped_allreduce_async_,
+    grouped_reducescatter_async,
+    handle_average_backwards_compatibility,
+    reducescatter_async,
+    sparse_allreduce_async,
+)
 from horovod_spark.torch.compression import Compression
 
 

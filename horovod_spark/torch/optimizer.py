@@ -11,9 +11,14 @@ from contextlib import contextmanager
 import torch
 
 from horovod_spark.common.process_sets import global_process_set
-from horovod_spark.torch._reduce_ops import (Adasum, Average, _launch_allreduce, grouped_allreduce_async_,
-                                             sparse_allreduce_async)
 from horovod_spark.torch._handles import synchronize
+from horovod_spark.torch._reduce_ops import (
+    Adasum,
+    Average,
+    _launch_allreduce,
+    grouped_allreduce_async_,
+    sparse_allreduce_async,
+)
 from horovod_spark.torch.compression import Compression
 from horovod_spark.torch.optimizer_groups import form_groups, validate_groups
 
@@ -273,7 +278,7 @@ class _DistributedOptimizer:
     def step(self, closure=None):
         if self._should_synchronize:
             if self._synchronized:
-                warnings.warn(_STEP_AFTER_SYNC)
+                warnings.warn(_STEP_AFTER_SYNC, stacklevel=2)
             self.synchronize()
         self._synchronized = False
         return super().step(closure)

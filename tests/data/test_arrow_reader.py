@@ -10,12 +10,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from support import REPO_ROOT
 
 from horovod_spark.data import make_reader
 from horovod_spark.data.reader import register_data_module
 from horovod_spark.data.shuffle_buffer import ShuffleBuffer
 from horovod_spark.store import Store
-from support import REPO_ROOT
 
 # legacy_stack: scripts/run_tests.sh also runs this module on the older stack (pyspark 3.5, pyarrow 14).
 pytestmark = [pytest.mark.timeout(60), pytest.mark.legacy_stack]

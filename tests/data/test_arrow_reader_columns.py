@@ -8,12 +8,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
 
 from horovod_spark.data import make_reader
 from horovod_spark.store import Store
-
-hypothesis = pytest.importorskip("hypothesis")
-from hypothesis import HealthCheck, assume, given, settings, strategies as st  # noqa: E402
 
 # legacy_stack: scripts/run_tests.sh also runs this module on the older stack (pyspark 3.5, pyarrow 14).
 pytestmark = [pytest.mark.timeout(300), pytest.mark.legacy_stack]

@@ -10,7 +10,8 @@ import pytest
 pyspark = pytest.importorskip("pyspark")
 from pyspark.ml.functions import array_to_vector  # noqa: E402
 from pyspark.ml.linalg import Vectors  # noqa: E402
-from pyspark.sql import functions as F, types as T  # noqa: E402
+from pyspark.sql import functions as F  # noqa: E402
+from pyspark.sql import types as T  # noqa: E402
 
 from horovod_spark.data import load_prepared, make_reader, prepare_data  # noqa: E402
 from horovod_spark.store import Store  # noqa: E402

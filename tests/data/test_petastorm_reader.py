@@ -154,9 +154,9 @@ def test_fewer_row_groups_than_ranks_reads_everything_on_every_rank(spark, store
 def test_both_estimators_train_with_petastorm(spark, tmp_path):
     import keras
     import torch
+    from support.keras_data import accuracy, classification_df, two_input_model
 
     from horovod_spark.estimator import KerasEstimator, TorchEstimator
-    from support.keras_data import accuracy, classification_df, two_input_model
     df = classification_df(spark, n=400).cache()
     keras_model = KerasEstimator(num_proc=2, model=two_input_model(), feature_cols=["vec", "arr"],
                                  label_cols=["label"], batch_size=32, epochs=4, validation=0.2, random_seed=1,

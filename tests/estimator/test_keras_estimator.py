@@ -12,7 +12,6 @@ import uuid
 import cloudpickle
 import numpy as np
 import pytest
-
 from support.keras_data import CLASSES, accuracy, classification_df, two_input_model
 
 pyspark = pytest.importorskip("pyspark")

@@ -5,7 +5,6 @@ import posixpath
 
 import numpy as np
 import pytest
-
 from support.keras_data import accuracy, classification_df, two_input_model
 
 pyspark = pytest.importorskip("pyspark")

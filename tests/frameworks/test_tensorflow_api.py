@@ -285,7 +285,7 @@ def test_embedding_gradients_sparse_and_dense(ranks, mode):
 
 
 def test_variables_and_objects(ranks):
-    for rank, result in enumerate(ranks):
+    for result in ranks:
         assert result["size"] == SIZE
         np.testing.assert_array_equal(result["broadcast_variables"], _data(0, "float32"))
         assert result["broadcast_object"] == {"from": 1}
@@ -297,7 +297,7 @@ def test_variables_and_objects(ranks):
 
 
 def test_bad_inputs_raise_clear_errors(ranks):
-    for rank, result in enumerate(ranks):
+    for result in ranks:
         errors = result["errors"]
         for label in ("dict", "none", "string", "object"):
             assert errors[label] is not None, "allreduce(%s) did not raise TypeError" % label

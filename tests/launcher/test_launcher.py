@@ -12,9 +12,8 @@ import time
 import pytest
 
 import horovod_spark
-from horovod_spark.launcher import cli
 from horovod_spark.exceptions import RankFailedError
-from horovod_spark.launcher import run_local
+from horovod_spark.launcher import cli, run_local
 
 pytestmark = pytest.mark.timeout(60)
 

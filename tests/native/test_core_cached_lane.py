@@ -5,12 +5,14 @@ as a mismatch, a late rank triggers the stall warning, a rank that joins contrib
 import json
 import textwrap
 
-from horovod_spark.launcher import run_local
 from support.rank_procs import rank_processes
+
+from horovod_spark.launcher import run_local
 
 
 def _lane_program():
     import numpy as np
+
     from horovod_spark.common import _core, basics, ops
     from horovod_spark.exceptions import HorovodCollectiveError
 
@@ -111,6 +113,7 @@ def _random_steps():
     import time
 
     import numpy as np
+
     from horovod_spark.common import basics, ops
     from horovod_spark.exceptions import HorovodCollectiveError
 

@@ -7,8 +7,9 @@ from horovod_spark.launcher import run_local
 
 def _sweep(transport):
     import numpy as np
-    from horovod_spark.common import basics, ops
     from support import core_reference as ref
+
+    from horovod_spark.common import basics, ops
 
     if transport == "mixed":
         ref.pretend_two_hosts()
@@ -100,8 +101,9 @@ def _fused_sweep(transport):
     out of place, every op, a packed group, pre/postscale; large enough (> 64 KiB fused) that the
     fused allreduce runs between the tensors' own memory with no fusion-buffer copy."""
     import numpy as np
-    from horovod_spark.common import _core, basics, ops
     from support import core_reference as ref
+
+    from horovod_spark.common import _core, basics, ops
 
     if transport == "mixed":
         ref.pretend_two_hosts()

@@ -5,13 +5,14 @@ import json
 import textwrap
 
 import pytest
+from support.rank_procs import rank_processes
 
 from horovod_spark.launcher import run_local
-from support.rank_procs import rank_processes
 
 
 def _mismatches():
     import numpy as np
+
     from horovod_spark.common import basics, ops
     from horovod_spark.exceptions import HorovodCollectiveError
 
@@ -96,7 +97,7 @@ def test_rank_dying_abruptly_makes_others_raise_quickly(shm):
     with rank_processes(DIE_CODE, 2, {"HOROVOD_SHM_DISABLE": shm}) as (p0, p1):
         out, err = p0.communicate(timeout=60)
         assert p1.wait(timeout=10) == 3
-    lines = [json.loads(l) for l in out.splitlines() if l.startswith("{")]
+    lines = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
     assert lines and lines[0]["error"], (out, err)
     assert "rank 1" in lines[0]["error"] and "exited unexpectedly" in lines[0]["error"]
     assert lines[0]["seconds"] < 10

@@ -7,6 +7,7 @@ from horovod_spark.launcher import run_local
 
 def _features(timeline_path):
     import numpy as np
+
     from horovod_spark.common import _core, basics, ops, process_sets
 
     basics.init()
@@ -16,7 +17,7 @@ def _features(timeline_path):
     # Fusion and the response cache: the same 32 small tensors for 5 "steps".
     before = dict(_core.stats())
     bufs = [np.full(1000, r + i, np.float32) for i in range(32)]
-    for step in range(5):
+    for _step in range(5):
         hs = [ops.allreduce_async("grad.%d" % i, b.ctypes.data, b.ctypes.data, "float32", b.shape,
                                   ops.Sum) for i, b in enumerate(bufs)]
         for h in hs:
@@ -136,6 +137,7 @@ def test_timeline_from_environment(tmp_path):
 
     def fn():
         import numpy as np
+
         from horovod_spark.common import basics, ops
         basics.init()
         x = np.ones(8, np.float32)

@@ -8,7 +8,6 @@ process sets that only some ranks belong to.
 """
 import pytest
 
-from horovod_spark.exceptions import HorovodCollectiveError  # noqa: F401  (used on ranks)
 from horovod_spark.launcher import run_local
 
 TIMEOUT = 150
@@ -16,6 +15,7 @@ TIMEOUT = 150
 
 def _repeat_one_tensor(iterations):
     import numpy as np
+
     from horovod_spark.common import _core, basics, ops
 
     basics.init()
@@ -59,6 +59,7 @@ def _random_program(seed, steps):
     import time
 
     import numpy as np
+
     from horovod_spark.common import _core, basics, ops, process_sets
 
     basics.init()
@@ -123,7 +124,7 @@ def _random_program(seed, steps):
 @pytest.mark.parametrize("seed", [1, 2])
 def test_random_programs_with_drifting_ranks_give_exact_results(seed):
     results = run_local(_random_program, args=(seed, 400), num_proc=3, timeout=TIMEOUT)
-    for failures, sent, done in results:
+    for failures, sent, _done in results:
         assert failures == []
         assert sent > 0  # the program did exercise the speculative path
     assert sum(done for _, _, done in results) > 0
@@ -131,6 +132,7 @@ def test_random_programs_with_drifting_ranks_give_exact_results(seed):
 
 def _mismatch_after_early_send():
     import numpy as np
+
     from horovod_spark.common import basics, ops
     from horovod_spark.exceptions import HorovodCollectiveError
 
@@ -165,6 +167,7 @@ def test_a_mismatch_after_inputs_went_out_fails_everywhere_and_leaves_the_links_
 
 def _join_with_early_sends():
     import numpy as np
+
     from horovod_spark.common import basics, ops
 
     basics.init()
@@ -194,6 +197,7 @@ def _two_threads_opposite_orders():
     import threading
 
     import numpy as np
+
     from horovod_spark.common import _core, basics, ops
 
     basics.init()
@@ -232,6 +236,7 @@ def _idle_beside_early_input():
     import time
 
     import numpy as np
+
     from horovod_spark.common import _core, basics, ops
 
     basics.init()

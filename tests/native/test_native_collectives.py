@@ -10,8 +10,8 @@ import shutil
 import subprocess
 
 import pytest
-
 from support import REPO_ROOT as ROOT
+
 NATIVE = os.path.join(ROOT, "native")
 TESTS = os.path.join(ROOT, "tests", "native")
 CXX = os.environ.get("CXX", "g++")

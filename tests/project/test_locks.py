@@ -7,10 +7,9 @@ import re
 import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
+from support import REPO_ROOT as ROOT
 
 pytestmark = pytest.mark.legacy_stack
-
-from support import REPO_ROOT as ROOT
 STACKS = [("requirements.in", "requirements.lock"), ("requirements-legacy.in", "requirements-legacy.lock")]
 
 

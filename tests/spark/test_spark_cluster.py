@@ -13,10 +13,11 @@ import sys
 import cloudpickle
 import pytest
 
-import horovod_spark
-from horovod_spark.spark import HorovodSparkError
 # The same training step as the local[4] tests, here spread over two executor JVMs.
 from test_spark_run import _allreduce_and_optimizer_step, check_allreduce_and_step
+
+import horovod_spark
+from horovod_spark.spark import HorovodSparkError
 
 pyspark = pytest.importorskip("pyspark")
 
@@ -140,6 +141,7 @@ def _kill_my_task(pid_dir):
 def test_spark_task_crash_is_not_retried_for_minutes(spark, tmp_path):
     """A task lost outside fn: Spark (task.maxFailures=4 here) would retry the barrier stage."""
     import time
+
     from test_spark_run import _alive
     start = time.monotonic()
     with pytest.raises(HorovodSparkError) as info:

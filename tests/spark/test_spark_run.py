@@ -225,9 +225,9 @@ def _mpi_where(fail_rank=None, pid_dir=None):
 
 def _mpi_hvd():
     import torch
+    from mpi4py import MPI
 
     import horovod_spark.torch as hvd
-    from mpi4py import MPI
     hvd.init()
     out = (hvd.rank(), hvd.size(), MPI.COMM_WORLD.Get_rank(),
            hvd.allreduce(torch.ones(2), op=hvd.Sum, name="mpi").tolist(),

@@ -10,7 +10,8 @@ import math
 
 from pyspark.ml import Model
 from pyspark.ml.util import MLReadable, MLWritable
-from pyspark.sql import DataFrame, functions as F
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from . import inference
