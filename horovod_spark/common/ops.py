@@ -186,7 +186,7 @@ def reducescatter_async(name, in_ptr, dtype, shape, op=Average, prescale=1.0, po
                    prescale=prescale, postscale=postscale, process_set_id=process_set_id)
 
 
-def check_names_free(names: Sequence[str], process_set_id=0) -> None:
+def check_names_free(names, process_set_id=0) -> None:
     """ValueError, as Horovod raises for a second request under a name still in flight, when one
     of ``names`` is in flight in the process set or repeats. For callers that submit several
     requests in one call: checked before the first is queued, none is left half-submitted."""
