@@ -262,6 +262,9 @@ STALL_SHUTDOWN_TIME_SECONDS = _define("HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", cor
                                       read_by=CORE)
 STALL_CHECK_DISABLE = _define("HOROVOD_STALL_CHECK_DISABLE", CORE_FLAG, False, "Turn the stall check off.",
                               read_by=CORE)
+PROCESS_SET_TIMEOUT = _define("HOROVOD_PROCESS_SET_TIMEOUT", core_number(1, "seconds"), 120, "How long "
+                              "hvd.add_process_set() and hvd.remove_process_set() wait for every rank to make the "
+                              "same call before they fail, naming the ranks that did not.", read_by=CORE)
 TIMELINE = _define("HOROVOD_TIMELINE", text("a file path"), None, "Write a Chrome trace of every tensor's phases "
                    "to this file (rank 0; horovod-spark-run --timeline-filename sets it).", read_by=CORE,
                    default_text="unset: no timeline")

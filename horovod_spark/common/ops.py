@@ -63,10 +63,8 @@ def _allreduce_codes(name, dtype, op):
     code = DTYPES.get(dtype)
     if code is None:
         _dtype_code(dtype)  # raises the TypeError naming the supported dtypes
-    if op == ReduceOp.Adasum or not 0 <= op <= 5:
-        shown = "Adasum" if op == ReduceOp.Adasum else repr(op)
-        raise NotImplementedError("op=%s is not supported by horovod_spark; use Average, Sum, Min, "
-                                  "Max or Product" % shown)
+    if not 0 <= op <= 5:
+        raise ValueError("unknown reduction op %r; use Average, Sum, Adasum, Min, Max or Product" % (op,))
     if type(name) is not str or not name:
         raise ValueError("collective name must be a non-empty string, got %r" % (name,))
     return code, int(op)
@@ -90,7 +88,7 @@ def allreduce(name, in_ptr, out_ptr, dtype, shape, op=Average, prescale=1.0, pos
 
 
 # The latency path of synchronous small allreduces, for framework layers that have already validated
-# every argument (a str name, a dtype code from DTYPES, an int op other than Adasum, float factors):
+# every argument (a str name, a dtype code from DTYPES, an int op, float factors):
 # the extension function itself, so that nothing is checked twice and no Python frame is added.
 # Returns True on plain success; pass anything else to finish_run().
 run_allreduce_prechecked = _core.run_allreduce
@@ -135,10 +133,13 @@ def grouped_allreduce_by_dtype(name, in_ptrs, out_ptrs, dtypes, shapes, op=Avera
     by_dtype = {}
     for i, dtype in enumerate(dtypes):
         by_dtype.setdefault(dtype, []).append(i)
-    return [(idx, grouped_allreduce_async(name if len(by_dtype) == 1 else "%s.%s" % (name, dtype),
-                                          [in_ptrs[i] for i in idx], [out_ptrs[i] for i in idx], dtype,
-                                          [shapes[i] for i in idx], op, prescale, postscale, process_set_id))
-            for dtype, idx in by_dtype.items()]
+    names = grouped_allreduce_names(name, dtypes)
+    if len(names) > 1:
+        check_names_free(names, process_set_id)
+    return [(idx, grouped_allreduce_async(group_name, [in_ptrs[i] for i in idx], [out_ptrs[i] for i in idx],
+                                          dtype, [shapes[i] for i in idx], op, prescale, postscale,
+                                          process_set_id))
+            for group_name, (dtype, idx) in zip(names, by_dtype.items())]
 
 
 def allgather_async(name, in_ptr, dtype, shape, process_set_id=0) -> int:
@@ -158,13 +159,44 @@ def alltoall_async(name, in_ptr, dtype, shape, splits=None, process_set_id=0) ->
                    splits=splits)
 
 
+def check_reducescatter(shape, op) -> None:
+    """The checks Horovod makes when a reducescatter is called: a tensor of at least one dimension
+    (ValueError) and an element-wise op (RuntimeError for Adasum, as Horovod's)."""
+    if len(shape) == 0:
+        raise ValueError("reducescatter does not support scalar inputs: it splits dimension 0 among the "
+                         "ranks; give a tensor of at least one dimension (e.g. tensor.reshape(1))")
+    check_reducescatter_op(op)
+
+
+def check_reducescatter_op(op) -> None:
+    """``check_reducescatter``'s check of the op alone."""
+    try:
+        op = ReduceOp(op)
+    except ValueError:
+        raise ValueError("unknown reduction op %r; use Average, Sum, Min, Max or Product" % (op,)) from None
+    if op == ReduceOp.Adasum:
+        raise RuntimeError("reducescatter does not support op=Adasum (Adasum combines whole vectors); use "
+                           "Average, Sum, Min, Max or Product, or allreduce(op=Adasum)")
+
+
 def reducescatter_async(name, in_ptr, dtype, shape, op=Average, prescale=1.0, postscale=1.0,
                         process_set_id=0) -> int:
-    if ReduceOp(op) not in (ReduceOp.Average, ReduceOp.Sum, ReduceOp.Min, ReduceOp.Max,
-                            ReduceOp.Product):
-        raise ValueError("reducescatter op must be Average, Sum, Min, Max or Product")
+    check_reducescatter(shape, op)
     return _submit(OP_REDUCESCATTER, name, in_ptr, 0, dtype, shape, reduce_op=op,
                    prescale=prescale, postscale=postscale, process_set_id=process_set_id)
+
+
+def check_names_free(names, process_set_id=0) -> None:
+    """ValueError, as Horovod raises for a second request under a name still in flight, when one
+    of ``names`` is in flight in the process set or repeats. For callers that submit several
+    requests in one call: checked before the first is queued, none is left half-submitted."""
+    _core.check_names_free(int(process_set_id), list(names))
+
+
+def grouped_allreduce_names(name, dtypes) -> list:
+    """The core names ``grouped_allreduce_by_dtype`` gives its groups, one per distinct dtype."""
+    distinct = list(dict.fromkeys(dtypes))
+    return [name] if len(distinct) == 1 else ["%s.%s" % (name, dtype) for dtype in distinct]
 
 
 def barrier_async(process_set_id=0) -> int:

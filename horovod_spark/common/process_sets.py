@@ -1,7 +1,11 @@
 """Process sets: collectives among a subset of ranks, with Horovod's API.
 
 Adding or removing a set is itself a collective over all ranks (every rank calls it with the same
-ranks), so every rank agrees on the set's id.
+ranks), so every rank agrees on the set's id. The request is named after what it changes (the
+ranks added, the id removed), so a rank that calls it late, or again after a failed attempt,
+still meets the others' requests. Ranks that never make the call do not leave the others waiting:
+after HOROVOD_PROCESS_SET_TIMEOUT the call fails on the ranks that made it, naming those that did
+not.
 """
 import threading
 from typing import TYPE_CHECKING, Iterable, List, Optional, Sequence, Union
@@ -79,7 +83,6 @@ class _GlobalProcessSet(ProcessSet):
 global_process_set = _GlobalProcessSet()
 _registered = {}
 _lock = threading.Lock()
-_counter = [0]
 
 
 def _reset():
@@ -90,13 +93,14 @@ def _reset():
 
 
 def add_process_set(process_set: Union[ProcessSet, Sequence[int]]) -> ProcessSet:
-    """Register a process set on every rank (all ranks must call this with the same ranks)."""
+    """Register a process set on every rank (all ranks must call this with the same ranks).
+
+    Fails with ``HorovodCollectiveError`` naming the ranks that did not call it within
+    HOROVOD_PROCESS_SET_TIMEOUT."""
     ps = process_set if isinstance(process_set, ProcessSet) else ProcessSet(process_set)
     if ps.process_set_id is not None:
         raise ValueError("%r is already registered" % (ps,))
-    with _lock:
-        _counter[0] += 1
-        name = "__add_process_set__.%d" % _counter[0]
+    name = "__add_process_set__.%s" % ",".join(str(r) for r in ps.ranks)
     handle = ops.control_async(ops.OP_ADD_PROCESS_SET, name, splits=ps.ranks)
     ps.process_set_id = ops.wait(handle)
     with _lock:
@@ -111,9 +115,7 @@ def remove_process_set(process_set: ProcessSet) -> bool:
         raise TypeError("remove_process_set needs a ProcessSet, got %s" % type(process_set).__name__)
     if process_set.process_set_id in (None, 0):
         return False
-    with _lock:
-        _counter[0] += 1
-        name = "__remove_process_set__.%d" % _counter[0]
+    name = "__remove_process_set__.%d" % process_set.process_set_id
     handle = ops.control_async(ops.OP_REMOVE_PROCESS_SET, name, root=process_set.process_set_id)
     ops.wait(handle)
     with _lock:

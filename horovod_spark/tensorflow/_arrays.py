@@ -29,6 +29,13 @@ def _wait_all(handles):
     return results
 
 
+def _check_names_free(names, process_set_id):
+    # Several requests per call: a name already in flight (Horovod's ValueError) must be found before
+    # the first is queued, or those queued would be left reading arrays this function drops.
+    if len(names) > 1:
+        _core.check_names_free(names, process_set_id)
+
+
 def _result_from_core(result, like):
     raw, shape = result[0], result[1]
     return _buffers.from_core(raw, shape, like.dtype)
@@ -36,6 +43,13 @@ def _result_from_core(result, like):
 
 def allreduce(arrays, names, op, prescale=1.0, postscale=1.0, process_set_id=0, groups=()):
     """Reduce each array; ``groups`` (lists of indices) are negotiated and fused as units."""
+    in_groups = {i for group in groups for i in group}
+    core_names = [names[i] for i in range(len(arrays)) if i not in in_groups]
+    for group in groups:
+        if group:
+            core_names += _core.grouped_allreduce_names(names[group[0]] + ".group",
+                                                         [_core_dtype(arrays[i]) for i in group])
+    _check_names_free(core_names, process_set_id)
     outs = [_buffers.result_pool.empty(a.shape, a.dtype) for a in arrays]
     grouped = set()
     handles = [None] * len(arrays)
@@ -59,6 +73,7 @@ def allreduce(arrays, names, op, prescale=1.0, postscale=1.0, process_set_id=0, 
 
 def allgather(arrays, names, process_set_id=0):
     """Concatenate every rank's array along dim 0 (which may differ per rank)."""
+    _check_names_free(names, process_set_id)
     handles = [_core.allgather_async(n, a.ctypes.data, _core_dtype(a), a.shape, process_set_id)
                for a, n in zip(arrays, names)]
     return [_result_from_core(r, a) for r, a in zip(_wait_all(handles), arrays)]
@@ -66,6 +81,7 @@ def allgather(arrays, names, process_set_id=0):
 
 def broadcast(arrays, names, root_rank, process_set_id=0):
     """Every rank gets root's arrays (``root_rank`` counts within the process set)."""
+    _check_names_free(names, process_set_id)
     outs = [_buffers.result_pool.empty(a.shape, a.dtype) for a in arrays]
     handles = [_core.broadcast_async(n, a.ctypes.data, o.ctypes.data, _core_dtype(a), a.shape, root_rank,
                                      process_set_id)
@@ -86,6 +102,7 @@ def alltoall(array, name, splits=None, process_set_id=0):
 
 def reducescatter(arrays, names, op, prescale=1.0, postscale=1.0, process_set_id=0):
     """Reduce each array and keep this rank's block of dim 0 (earlier ranks get the remainder)."""
+    _check_names_free(names, process_set_id)
     handles = [_core.reducescatter_async(n, a.ctypes.data, _core_dtype(a), a.shape, op, prescale, postscale,
                                          process_set_id)
                for a, n in zip(arrays, names)]

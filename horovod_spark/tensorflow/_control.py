@@ -27,8 +27,9 @@ def shutdown():
 def join():
     """Tell the other ranks this one has no more data; returns the rank that joined last.
 
-    Until every rank has joined, the collectives the others still run proceed with this rank
-    contributing zeros (Horovod's semantics).
+    Until every rank has joined, the allreduces and reducescatters the others still run proceed
+    with this rank contributing zeros; an allgather or a broadcast raises RuntimeError on them
+    (Horovod's semantics).
     """
     ps_id(global_process_set)
     out = _bridge.run(lambda: [np.asarray(_arrays.join(), dtype=np.int32)], [], [tf.int32], [[]],

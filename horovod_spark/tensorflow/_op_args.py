@@ -29,12 +29,10 @@ def resolve_op(op, average):
 
 def reduce_op(op):
     try:
-        op = ReduceOp(int(op))
+        return ReduceOp(int(op))
     except (TypeError, ValueError):
-        raise ValueError("unknown reduction op %r; use one of hvd.Average, Sum, Min, Max, Product" % (op,)) from None
-    if op == Adasum:
-        raise NotImplementedError("op=Adasum is not supported by horovod_spark; use Average or Sum")
-    return op
+        raise ValueError("unknown reduction op %r; use one of hvd.Average, Sum, Adasum, Min, Max, Product"
+                         % (op,)) from None
 
 
 def require_init():

@@ -15,8 +15,9 @@ collectives. ``SKIP_SINGLE_RANK`` exists so benchmarks can time the core path at
 """
 import tensorflow as tf
 
+from horovod_spark.common.ops import check_reducescatter
 from horovod_spark.tensorflow import _arrays, _bridge
-from horovod_spark.tensorflow._op_args import Average, Sum, check_root, ps_id, ps_rank
+from horovod_spark.tensorflow._op_args import Adasum, Average, Sum, check_root, ps_id, ps_rank
 
 SKIP_SINGLE_RANK = True
 
@@ -69,9 +70,10 @@ def allreduce(tensors, names, op, prescale, postscale, process_set, groups=(), d
                            xs, [x.dtype for x in xs], [x.shape for x in xs], name="HorovodAllreduce")
 
     def backward(dys, _ys):
-        if op not in (Average, Sum):
-            raise NotImplementedError("the gradient of allreduce is defined for op=Average and op=Sum only, "
-                                      "not %s" % op.name)
+        # (Adasum's gradient is the Adasum of the upstream gradients, as Horovod defines it)
+        if op not in (Average, Sum, Adasum):
+            raise NotImplementedError("the gradient of allreduce is defined for op=Average, Sum and Adasum "
+                                      "only, not %s" % op.name)
         return allreduce(dys, _grad_names(names), op, prescale, postscale, process_set, groups)
 
     if not differentiable:
@@ -174,9 +176,8 @@ def reducescatter(tensors, names, op, prescale, postscale, process_set):
     """Reduce each tensor and keep this rank's block of dim 0."""
     psid = ps_id(process_set)
     for t in tensors:
-        if t.shape.rank == 0:
-            raise ValueError("reducescatter splits along dimension 0, so it needs a tensor of at least one "
-                             "dimension")
+        if t.shape.rank is not None:
+            check_reducescatter(t.shape.as_list(), op)
 
     def forward(xs):
         if _single(process_set):

@@ -5,6 +5,7 @@ Every op works eagerly and inside ``tf.function`` and returns new tensors; ``dev
 """
 import tensorflow as tf
 
+from horovod_spark.common.ops import check_reducescatter_op
 from horovod_spark.common.process_sets import global_process_set
 from horovod_spark.tensorflow import _names, _primitives
 from horovod_spark.tensorflow._buffers import as_tensor
@@ -127,6 +128,7 @@ def reducescatter(tensor, device_dense="", compression=Compression.none, op=Aver
     """Reduce ``tensor`` over the process set and return this rank's block of dim 0 (the first
     ``dim0 % size`` ranks get one extra row)."""
     op = reduce_op(Average if op is None else op)
+    check_reducescatter_op(op)
     tensor = as_tensor(tensor, "reducescatter")
     compressed, ctx = compression.compress(tensor)
     core_name = _names.op_name("reducescatter", name, ignore_name_scope)
@@ -140,6 +142,7 @@ def grouped_reducescatter(tensors, device_dense="", compression=Compression.none
                           name=None, ignore_name_scope=False):
     """``reducescatter`` over a list, in one collective call."""
     op = reduce_op(Average if op is None else op)
+    check_reducescatter_op(op)
     tensors = [as_tensor(t, "grouped_reducescatter") for t in tensors]
     if not tensors:
         return []

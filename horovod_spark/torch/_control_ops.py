@@ -23,8 +23,9 @@ def shutdown(*args, **kwargs):
 def join(device=-1):
     """Tell the other ranks this one has no more data; returns the rank that joined last.
 
-    Until every rank joins, collectives the others still run proceed with this rank
-    contributing zeros. ``device`` is accepted for Horovod compatibility (CPU only here).
+    Until every rank joins, the allreduces and reducescatters the others still run proceed with
+    this rank contributing zeros; an allgather or a broadcast raises RuntimeError on them, as in
+    Horovod. ``device`` is accepted for Horovod compatibility (CPU only here).
     """
     return int(_core.wait(_core.join_async()))
 

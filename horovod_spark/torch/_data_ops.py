@@ -10,11 +10,16 @@ from horovod_spark.common.process_sets import global_process_set, root_index
 from horovod_spark.torch import _buffers, _handles
 
 
-def _launch_allgather(tensor, core_name, process_set):
+def _check_allgather(tensor):
     dtype = _buffers.check_tensor(tensor)
     if tensor.dim() == 0:
         raise ValueError("allgather concatenates along dimension 0, so it needs a tensor of at least "
                          "one dimension; got a scalar (use tensor.reshape(1))")
+    return dtype
+
+
+def _launch_allgather(tensor, core_name, process_set, dtype=None):
+    dtype = _check_allgather(tensor) if dtype is None else dtype
     src = _buffers.contiguous(tensor)
     core_handle = _core.allgather_async(core_name, src.data_ptr(), dtype, tuple(src.shape),
                                         _handles.process_set_id(process_set))
@@ -39,9 +44,11 @@ def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
     tensors = list(tensors)
     if not tensors:
         raise ValueError("grouped allgather needs at least one tensor")
+    dtypes = [_check_allgather(t) for t in tensors]  # every member before any is queued
     base = _handles.op_name("grouped_allgather", name, process_set)
-    launched = [_launch_allgather(t, "%s.%dof%d" % (base, i, len(tensors)), process_set)
-                for i, t in enumerate(tensors)]
+    names = ["%s.%dof%d" % (base, i, len(tensors)) for i in range(len(tensors))]
+    _core.check_names_free(names, _handles.process_set_id(process_set))
+    launched = [_launch_allgather(t, n, process_set, d) for t, n, d in zip(tensors, names, dtypes)]
     metas = [(t.dtype, t.device) for t in tensors]
 
     def finish(results):
@@ -85,6 +92,13 @@ def _splits_list(splits):
     if splits is None:
         return None
     if isinstance(splits, torch.Tensor):
+        # Refused by dtype, whatever the values, as Horovod does (it takes int32 only; any integer
+        # dtype is accepted here). A list goes through int(), as Horovod's int32 conversion of it.
+        if splits.dtype.is_floating_point or splits.dtype.is_complex or splits.dtype == torch.bool:
+            raise ValueError("alltoall splits must be a tensor of integers (such as torch.int32), got %s"
+                             % splits.dtype)
+        if splits.dim() > 1:
+            raise ValueError("alltoall splits must be a 1-D tensor, got shape %s" % (tuple(splits.shape),))
         return [int(s) for s in splits.reshape(-1).tolist()]
     return [int(s) for s in splits]
 
@@ -98,10 +112,11 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
     if tensor.dim() == 0:
         raise ValueError("alltoall splits along dimension 0, so it needs a tensor of at least one "
                          "dimension")
+    split_list = _splits_list(splits)
     src = _buffers.contiguous(tensor)
     core_handle = _core.alltoall_async(
         _handles.op_name("alltoall", name, process_set), src.data_ptr(), dtype, tuple(src.shape),
-        _splits_list(splits), _handles.process_set_id(process_set))
+        split_list, _handles.process_set_id(process_set))
     # As in Horovod: received splits take the dtype of the splits tensor given, else int32.
     splits_dtype = splits.dtype if isinstance(splits, torch.Tensor) else torch.int32
     out_dtype, device = tensor.dtype, tensor.device

@@ -148,13 +148,14 @@ def _launch_grouped_allreduce(tensors, inplace, name, op, prescale_factor, posts
     if not tensors:
         raise ValueError("grouped allreduce needs at least one tensor")
     dtypes = [_buffers.check_tensor(t) for t in tensors]
+    op_code = core_op(op)
     srcs = [_buffers.contiguous(t) for t in tensors]
     outs = srcs if inplace else [torch.empty_like(s, memory_format=torch.contiguous_format) for s in srcs]
     in_ptrs = [s.data_ptr() for s in srcs]
     out_ptrs = in_ptrs if inplace else [o.data_ptr() for o in outs]
     shapes = [s.shape for s in srcs]
     base = _handles.op_name("grouped_allreduce", name, process_set)
-    args = (core_op(op), float(prescale_factor), float(postscale_factor), _handles.process_set_id(process_set))
+    args = (op_code, float(prescale_factor), float(postscale_factor), _handles.process_set_id(process_set))
     if dtypes.count(dtypes[0]) == len(dtypes):  # the usual case: one packed request, no regrouping
         core_handles = [_core.grouped_allreduce_async(base, in_ptrs, out_ptrs, dtypes[0], shapes, *args)]
     else:
@@ -187,11 +188,20 @@ def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale
     return _launch_grouped_allreduce(tensors, True, name, op, prescale_factor, postscale_factor, process_set)
 
 
-def _launch_reducescatter(tensor, core_name, op, prescale_factor, postscale_factor, process_set):
+def _check_reducescatter(tensor, op):
+    """(core dtype, core op) of a valid reducescatter; Horovod's errors otherwise (see
+    ops.check_reducescatter), raised before anything is queued."""
     dtype = _buffers.check_tensor(tensor)
+    code = core_op(Average if op is None else op)
+    _core.check_reducescatter(tensor.shape, code)
+    return dtype, code
+
+
+def _launch_reducescatter(tensor, core_name, checked, prescale_factor, postscale_factor, process_set):
+    dtype, code = checked
     src = _buffers.contiguous(tensor)
     core_handle = _core.reducescatter_async(
-        core_name, src.data_ptr(), dtype, tuple(src.shape), core_op(Average if op is None else op),
+        core_name, src.data_ptr(), dtype, tuple(src.shape), code,
         float(prescale_factor), float(postscale_factor), _handles.process_set_id(process_set))
     return core_handle, src
 
@@ -200,7 +210,8 @@ def reducescatter_async(tensor, name=None, op=Average, process_set=global_proces
                         prescale_factor=1.0, postscale_factor=1.0):
     """Start reducing ``tensor`` and scattering dim 0: this rank gets its block (earlier ranks get
     the remainder of an uneven split)."""
-    core_handle, src = _launch_reducescatter(tensor, _handles.op_name("reducescatter", name, process_set), op,
+    checked = _check_reducescatter(tensor, op)
+    core_handle, src = _launch_reducescatter(tensor, _handles.op_name("reducescatter", name, process_set), checked,
                                              prescale_factor, postscale_factor, process_set)
     dtype, device = tensor.dtype, tensor.device
 
@@ -217,10 +228,12 @@ def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=glob
     tensors = list(tensors)
     if not tensors:
         raise ValueError("grouped reducescatter needs at least one tensor")
+    checked = [_check_reducescatter(t, op) for t in tensors]  # every member before any is queued
     base = _handles.op_name("grouped_reducescatter", name, process_set)
-    launched = [_launch_reducescatter(t, "%s.%dof%d" % (base, i, len(tensors)), op, prescale_factor,
-                                      postscale_factor, process_set)
-                for i, t in enumerate(tensors)]
+    names = ["%s.%dof%d" % (base, i, len(tensors)) for i in range(len(tensors))]
+    _core.check_names_free(names, _handles.process_set_id(process_set))
+    launched = [_launch_reducescatter(t, n, c, prescale_factor, postscale_factor, process_set)
+                for t, n, c in zip(tensors, names, checked)]
     metas = [(t.dtype, t.device) for t in tensors]
 
     def finish(results):
@@ -238,6 +251,8 @@ def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
     """
     t = tensor.coalesce()
     base = name if name is not None else _handles.op_name("sparse_allreduce", None, process_set)
+    _core.check_names_free(["allgather.%s.indices" % base, "allgather.%s.values" % base],
+                           _handles.process_set_id(process_set))
     indices_handle = allgather_async(t.indices().t().contiguous(), name="%s.indices" % base,
                                      process_set=process_set)
     values_handle = allgather_async(t.values(), name="%s.values" % base, process_set=process_set)

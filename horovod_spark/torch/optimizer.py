@@ -20,6 +20,7 @@ from horovod_spark.torch._reduce_ops import (
     sparse_allreduce_async,
 )
 from horovod_spark.torch.compression import Compression
+from horovod_spark.torch.optimizer_adasum import adasum_optimizer
 from horovod_spark.torch.optimizer_groups import form_groups, validate_groups
 
 _TOO_MANY_PASSES = ("Gradients were computed more than backward_passes_per_step times before call to "
@@ -37,6 +38,30 @@ def _find_duplicates(names):
     for name in names:
         (dups if name in seen else seen).add(name)
     return sorted(dups)
+
+
+def parameter_names(param_groups, named_parameters):
+    """{parameter: name} from ``named_parameters`` (generated names when None), with Horovod's
+    ValueErrors for names that repeat and for parameters left unnamed."""
+    if named_parameters is not None:
+        named_parameters = list(named_parameters)
+    else:
+        named_parameters = [("allreduce.noname.%d.%d" % (i, j), p)
+                            for i, group in enumerate(param_groups)
+                            for j, p in enumerate(group["params"])]
+    if any(not isinstance(item, tuple) for item in named_parameters):
+        raise ValueError("named_parameters should be a sequence of tuples (name, parameter), "
+                         "usually produced by model.named_parameters().")
+    dups = _find_duplicates([name for name, _ in named_parameters])
+    if dups:
+        raise ValueError("Parameter names in named_parameters must be unique. Found duplicates: %s"
+                         % ", ".join(dups))
+    named_ids = {id(p) for _, p in named_parameters}
+    unnamed = [id(p) for group in param_groups for p in group["params"] if id(p) not in named_ids]
+    if unnamed:
+        raise ValueError("named_parameters was specified, but one or more model parameters were not "
+                         "named. Python object ids: %s" % ", ".join(str(i) for i in unnamed))
+    return {p: name for name, p in named_parameters}
 
 
 def _on_grad_ready(optimizer_ref, param):
@@ -73,27 +98,8 @@ class _DistributedOptimizer:
         self.sparse_as_dense = sparse_as_dense
         self.process_set = process_set
 
-        if named_parameters is not None:
-            named_parameters = list(named_parameters)
-        else:
-            named_parameters = [("allreduce.noname.%d.%d" % (i, j), p)
-                                for i, group in enumerate(self.param_groups)
-                                for j, p in enumerate(group["params"])]
-        if any(not isinstance(item, tuple) for item in named_parameters):
-            raise ValueError("named_parameters should be a sequence of tuples (name, parameter), "
-                             "usually produced by model.named_parameters().")
-        dups = _find_duplicates([name for name, _ in named_parameters])
-        if dups:
-            raise ValueError("Parameter names in named_parameters must be unique. Found duplicates: %s"
-                             % ", ".join(dups))
-        named_ids = {id(p) for _, p in named_parameters}
-        unnamed = [id(p) for group in self.param_groups for p in group["params"] if id(p) not in named_ids]
-        if unnamed:
-            raise ValueError("named_parameters was specified, but one or more model parameters were not "
-                             "named. Python object ids: %s" % ", ".join(str(i) for i in unnamed))
-
-        self._parameter_names = {p: name for name, p in named_parameters}
-        self._allreduce_delay = {p: backward_passes_per_step for _, p in named_parameters}
+        self._parameter_names = parameter_names(self.param_groups, named_parameters)
+        self._allreduce_delay = dict.fromkeys(self._parameter_names, backward_passes_per_step)
         # key: a parameter, or the _GradGroup of parameters allreduced as one unit;
         # value: (handle or None while gradients still accumulate locally, compression contexts)
         self._handles = {}
@@ -319,7 +325,8 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     ``horovod.torch.DistributedOptimizer``: ``groups`` (an int, or lists of parameters) fuses
     gradients into grouped allreduces; ``gradient_predivide_factor`` f scales gradients by 1/f
     before the sum and f/size after; ``backward_passes_per_step`` accumulates that many backward
-    passes locally before one allreduce.
+    passes locally before one allreduce. ``op=Adasum`` combines each rank's parameter updates
+    instead of averaging gradients, as Horovod does (optimizer_adasum.py).
     """
     _check_passes(backward_passes_per_step)
     if gradient_predivide_factor != 1.0 and op != Average:
@@ -330,8 +337,9 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
         if groups is None:
             groups = num_groups
     if op == Adasum and process_set.size() > 1:
-        raise NotImplementedError("DistributedOptimizer(op=Adasum) is not supported by horovod_spark yet; "
-                                  "use op=Average or op=Sum")
+        # Horovod's delta optimizer (optimizer_adasum.py); groups and sparse_as_dense do not apply to it.
+        names = parameter_names(optimizer.param_groups, named_parameters)
+        return adasum_optimizer(optimizer, names, compression, backward_passes_per_step, process_set)
     cls = type(optimizer.__class__.__name__, (_DistributedOptimizer, optimizer.__class__),
                {"__module__": __name__})
     wrapped = cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step, op,

@@ -45,6 +45,10 @@ void alltoallv(Group& g, const void* in, const std::vector<size_t>& send_bytes, 
 void reducescatter(Group& g, const void* in, void* out, const std::vector<size_t>& counts,
                    DataType dtype, ReduceOp op);
 
+// buf (sum(counts) elements on every rank; counts[t] is tensor t's) becomes the Adasum of every
+// rank's buf, tensor by tensor (adasum.cc says how ranks combine). dtype: a floating-point type.
+void adasum_allreduce(Group& g, void* buf, const std::vector<size_t>& counts, DataType dtype);
+
 // Returns once every rank of the group has entered.
 void barrier(Group& g);
 

@@ -41,6 +41,8 @@ Config Config::from_env() {
   c.stall_shutdown_seconds =
       env_number("HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", c.stall_shutdown_seconds, 0);
   c.stall_check_disable = env_flag("HOROVOD_STALL_CHECK_DISABLE");
+  c.process_set_timeout_seconds =
+      env_number("HOROVOD_PROCESS_SET_TIMEOUT", c.process_set_timeout_seconds, 1);
   if (const char* t = env("HOROVOD_TIMELINE")) c.timeline_path = t;
   c.timeline_mark_cycles = env_flag("HOROVOD_TIMELINE_MARK_CYCLES");
   c.data_timeout_seconds = env_number("HOROVOD_DATA_TIMEOUT_SECONDS", c.data_timeout_seconds, 1);

@@ -14,6 +14,7 @@ struct Config {
   double stall_check_seconds = 60;              // HOROVOD_STALL_CHECK_TIME_SECONDS
   double stall_shutdown_seconds = 0;            // HOROVOD_STALL_SHUTDOWN_TIME_SECONDS (0: never)
   bool stall_check_disable = false;             // HOROVOD_STALL_CHECK_DISABLE
+  double process_set_timeout_seconds = 120;     // HOROVOD_PROCESS_SET_TIMEOUT: add/remove_process_set
   std::string timeline_path;                    // HOROVOD_TIMELINE
   bool timeline_mark_cycles = false;            // HOROVOD_TIMELINE_MARK_CYCLES
   double data_timeout_seconds = 600;            // HOROVOD_DATA_TIMEOUT_SECONDS

@@ -24,6 +24,36 @@ std::string ranks_text(const std::vector<int>& r) {
   o << "]";
   return o.str();
 }
+std::string ranks_text(const std::set<int>& r) { return ranks_text(std::vector<int>(r.begin(), r.end())); }
+
+// per_rank of an Adasum allreduce: the element count of each tensor it combines as one vector (the
+// members of a packed group, else the one tensor).
+void adasum_segments(const RequestMeta& m, Response* out) {
+  if (!dtype_is_float(m.dtype)) {
+    out->error = "allreduce of '" + m.name + "': op=Adasum needs floating-point tensors (float16, bfloat16, "
+                 "float32 or float64), got " + dtype_name(m.dtype);
+    return;
+  }
+  if (m.splits.empty()) {
+    out->per_rank = {m.num_elements()};
+    return;
+  }
+  for (size_t i = 0; i < m.splits.size();) {
+    size_t ndim = static_cast<size_t>(std::max<int64_t>(0, m.splits[i++]));
+    int64_t count = 1;
+    for (size_t d = 0; d < ndim && i < m.splits.size(); ++d) count *= m.splits[i++];
+    out->per_rank.push_back(count);
+  }
+}
+
+// How a stall report names a request: process-set changes by the ranks or id they are about.
+std::string describe_request(const RequestMeta& m) {
+  if (m.type == OpType::kAddProcessSet) return "add_process_set(" + shape_text(m.splits) + ")";
+  if (m.type == OpType::kRemoveProcessSet) return "remove_process_set(id " + std::to_string(m.root) + ")";
+  return std::string(op_type_name(m.type)) + " '" + m.name + "'";
+}
+
+bool changes_process_sets(OpType t) { return t == OpType::kAddProcessSet || t == OpType::kRemoveProcessSet; }
 }  // namespace
 
 Coordinator::Coordinator(int size, const Config& cfg) : size_(size), cfg_(cfg), lane_(size) {
@@ -220,14 +250,25 @@ void Coordinator::validate(const Pending& p, const std::vector<int32_t>& ranks, 
       return mismatch("process set id", r, std::to_string(first.root), std::to_string(m.root));
   }
   int n = static_cast<int>(ranks.size());
+  // As in Horovod, only reductions go on while ranks have joined (they contribute zeros): an
+  // allgather or a broadcast fails with a RuntimeError on the ranks that did not join.
+  if (first.process_set == 0 && !joined_.empty() &&
+      (first.type == OpType::kAllgather || first.type == OpType::kBroadcast)) {
+    const std::string who = joined_.size() > 1 ? "ranks " + ranks_text(joined_) + " have"
+                                               : "rank " + std::to_string(*joined_.begin()) + " has";
+    out->error = std::string(op) + " of '" + first.name + "' is not supported while " + who +
+                 " called join(); only allreduce and reducescatter continue with joined ranks. Run it before "
+                 "join() on every rank";
+    return;
+  }
   switch (first.type) {
+    case OpType::kAllreduce:
+      if (first.op == ReduceOp::kAdasum) adasum_segments(first, out);
+      break;
     case OpType::kBroadcast:
       if (first.root < 0 || first.root >= n)
         out->error = "broadcast of '" + first.name + "': root_rank " + std::to_string(first.root) +
                      " is outside the process set of " + std::to_string(n) + " ranks";
-      else if (first.process_set == 0 && joined_.count(ranks[first.root]))
-        out->error = "broadcast of '" + first.name + "': root rank " + std::to_string(first.root) +
-                     " has already called join()";
       break;
     case OpType::kAllgather:
       for (int i = 0; i < n; ++i) {
@@ -405,8 +446,9 @@ void Coordinator::fuse(std::vector<Piece>& in, std::vector<Response>* out) {
     if (!a.presend.empty() || !b.presend.empty()) return false;  // their inputs went out alone
     if (a.names.size() == 1 && response_bytes(a) >= kFuseTensorsBelowBytes) return false;
     if (b.names.size() == 1 && response_bytes(b) >= kFuseTensorsBelowBytes) return false;
-    return a.type == OpType::kAllreduce && b.type == OpType::kAllreduce && a.error.empty() &&
-           b.error.empty() && a.dtype == b.dtype && a.op == b.op && a.prescale == b.prescale &&
+    // (Adasum combines each tensor as a vector of its own: see Engine::execute_adasum)
+    return a.type == OpType::kAllreduce && b.type == OpType::kAllreduce && a.op != ReduceOp::kAdasum &&
+           a.error.empty() && b.error.empty() && a.dtype == b.dtype && a.op == b.op && a.prescale == b.prescale &&
            a.postscale == b.postscale && a.process_set == b.process_set;
   };
   // A lane piece is read in place from the cache: one copy per fused response, not per tensor.
@@ -458,14 +500,28 @@ std::vector<Response> Coordinator::take_ready() {
   return out;
 }
 
+std::string Coordinator::other_set_changes(const std::string& except) const {
+  std::string text;
+  for (const auto& [k, p] : pending_) {
+    const RequestMeta& m = p.by_rank.begin()->second;
+    if (k == except || !changes_process_sets(m.type)) continue;
+    std::vector<int> who;
+    for (const auto& kv : p.by_rank) who.push_back(kv.first);
+    text += " Ranks " + ranks_text(who) + " asked for " + describe_request(m) + " instead.";
+  }
+  return text;
+}
+
 void Coordinator::check_stalls(std::vector<Response>* errors) {
-  if (cfg_.stall_check_disable || cfg_.stall_check_seconds <= 0) return;
+  const bool stall_checks = !cfg_.stall_check_disable && cfg_.stall_check_seconds > 0;
   auto now = Clock::now();
-  // A lane entry waiting this long is a late or diverged rank: the general path times and reports it.
-  std::vector<int32_t> slow;
-  for (int32_t id : lane_.waiting())
-    if (now - lane_.first_seen(id) >= std::chrono::seconds(1)) slow.push_back(id);
-  for (int32_t id : slow) move_to_pending(id);
+  if (stall_checks) {
+    // A lane entry waiting this long is a late or diverged rank: the general path times and reports it.
+    std::vector<int32_t> slow;
+    for (int32_t id : lane_.waiting())
+      if (now - lane_.first_seen(id) >= std::chrono::seconds(1)) slow.push_back(id);
+    for (int32_t id : slow) move_to_pending(id);
+  }
   std::vector<std::string> expired;
   for (auto& [k, p] : pending_) {
     double waited = std::chrono::duration<double>(now - p.first_seen).count();
@@ -475,30 +531,44 @@ void Coordinator::check_stalls(std::vector<Response>* errors) {
     if (!ranks) continue;
     std::vector<int> have, missing;
     for (int32_t r : *ranks) (p.by_rank.count(r) ? have : missing).push_back(r);
-    if (cfg_.stall_shutdown_seconds > 0 && waited >= cfg_.stall_shutdown_seconds) {
+    // A process-set change waits for every rank, and ranks that never make it must not wait forever:
+    // it has its own deadline, whatever the stall settings.
+    const bool set_change_expired =
+        changes_process_sets(first.type) && waited >= cfg_.process_set_timeout_seconds;
+    const bool stall_expired =
+        stall_checks && cfg_.stall_shutdown_seconds > 0 && waited >= cfg_.stall_shutdown_seconds;
+    if (set_change_expired || stall_expired) {
       Response r;
       r.type = first.type;
       r.names = {first.name};
       r.process_set = first.process_set;
       r.shapes = {first.shape};
       r.cache_ids = {-1};
-      r.error = std::string(op_type_name(first.type)) + " of '" + first.name + "' stalled for " +
-                std::to_string(static_cast<int>(waited)) + " s: ranks " + ranks_text(missing) +
-                " never submitted it (HOROVOD_STALL_SHUTDOWN_TIME_SECONDS)";
+      if (set_change_expired)
+        r.error = describe_request(first) + " timed out after " + std::to_string(static_cast<int>(waited)) +
+                  " s: ranks " + ranks_text(missing) + " did not call it (ranks " + ranks_text(have) + " did)." +
+                  other_set_changes(k) + " Every rank must make the same process-set calls; "
+                  "HOROVOD_PROCESS_SET_TIMEOUT sets how long they wait for each other";
+      else
+        r.error = (changes_process_sets(first.type)
+                       ? describe_request(first)
+                       : std::string(op_type_name(first.type)) + " of '" + first.name + "'") +
+                  " stalled for " + std::to_string(static_cast<int>(waited)) + " s: ranks " + ranks_text(missing) +
+                  " never submitted it (HOROVOD_STALL_SHUTDOWN_TIME_SECONDS)";
       note_presend(p, &r);
       errors->push_back(r);
       expired.push_back(k);
       continue;
     }
-    if (waited >= cfg_.stall_check_seconds && since_warn >= cfg_.stall_check_seconds) {
+    if (stall_checks && waited >= cfg_.stall_check_seconds && since_warn >= cfg_.stall_check_seconds) {
       p.last_warned = now;
       std::fprintf(stderr,
-                   "[horovod_spark] WARNING: stall: %s '%s' has waited %d s. Submitted by ranks %s; "
+                   "[horovod_spark] WARNING: stall: %s has waited %d s. Submitted by ranks %s; "
                    "missing ranks %s. One or more ranks may have diverged (a conditional collective, "
                    "different tensor names, or an exception). HOROVOD_STALL_CHECK_TIME_SECONDS sets "
                    "this interval.\n",
-                   op_type_name(first.type), first.name.c_str(), static_cast<int>(waited),
-                   ranks_text(have).c_str(), ranks_text(missing).c_str());
+                   describe_request(first).c_str(), static_cast<int>(waited), ranks_text(have).c_str(),
+                   ranks_text(missing).c_str());
       std::fflush(stderr);
     }
   }

@@ -61,6 +61,8 @@ class Coordinator {
   void validate(const Pending& p, const std::vector<int32_t>& ranks, Response* out);
   void mark_ready_if_complete(const std::string& key);
   void handle_join(int rank);
+  // " Ranks [..] asked for <change> instead." for each pending process-set change but `except`.
+  std::string other_set_changes(const std::string& except) const;
   // A ready tensor: a response built by the general path, or a cache id from the lane.
   struct Piece {
     int32_t cached = -1;

@@ -82,7 +82,7 @@ int64_t Engine::enqueue(TensorRequest req, bool wake_engine_thread) {
   req.handle = handles_.create();
   const int64_t handle = req.handle;
   if (timeline_.active()) req.enqueued_us = Timeline::now_us();  // (its only reader)
-  std::string err;
+  std::string err, duplicate;
   {
     std::lock_guard<std::mutex> l(queue_mu_);
     const RequestMeta& m = req.meta;
@@ -102,20 +102,26 @@ int64_t Engine::enqueue(TensorRequest req, bool wake_engine_thread) {
             std::to_string(rank_) + " is not a member of process set " +
             std::to_string(m.process_set);
     } else if (inflight_.count(key)) {
-      err = std::string(op_type_name(m.type)) + " of '" + m.name +
-            "': a tensor with this name is already in flight on rank " + std::to_string(rank_) +
-            "; give concurrent collectives distinct names";
+      duplicate = duplicate_name_message(m.name);
     } else {
       for (int g : gone_)
         if (g == 0 || std::find(ps->second.begin(), ps->second.end(), g) != ps->second.end())
           err = std::string(op_type_name(m.type)) + " of '" + m.name + "': rank " +
                 std::to_string(g) + " has shut down";
     }
-    if (err.empty()) {
+    if (err.empty() && duplicate.empty()) {
       inflight_.insert(key);
       queue_.push_back(std::move(req));  // (key refers into req: used above, not below)
       queued_.store(true, std::memory_order_release);
     }
+  }
+  if (!duplicate.empty()) {
+    // Refused at once, as Horovod does (a ValueError from the call): nothing was queued, so the
+    // handle is dropped again.
+    handles_.fail(handle, HandleError::kCollective, duplicate);
+    HandleError kind;
+    handles_.take(handle, &kind, &duplicate);
+    throw std::invalid_argument(duplicate);
   }
   if (!err.empty()) {
     handles_.fail(handle, failed_.empty() ? HandleError::kCollective : HandleError::kInternal, err);
@@ -124,6 +130,23 @@ int64_t Engine::enqueue(TensorRequest req, bool wake_engine_thread) {
     doorbell_ring(&handoff_);  // in case it is parked after a waiter left (see handoff_)
   }
   return handle;
+}
+
+std::string Engine::duplicate_name_message(const std::string& name) const {
+  return "a collective named '" + name + "' is already in flight on rank " + std::to_string(rank_) +
+         "; wait for it (synchronize) or give concurrent collectives distinct names";
+}
+
+void Engine::check_names_free(int32_t process_set, const std::vector<std::string>& names) {
+  std::lock_guard<std::mutex> l(queue_mu_);
+  std::unordered_set<std::string> seen;
+  for (const std::string& name : names) {
+    std::string key = key_of(process_set, name);
+    if (inflight_.count(key)) throw std::invalid_argument(duplicate_name_message(name));
+    if (!seen.insert(key).second)
+      throw std::invalid_argument("the name '" + name + "' is given to two collectives of one call; "
+                                  "each needs its own");
+  }
 }
 
 bool Engine::process_set_ranks(int32_t id, std::vector<int32_t>* ranks) {
@@ -203,7 +226,13 @@ bool Engine::wait(int64_t handle, double timeout_s) {
 bool Engine::run(TensorRequest req, double timeout_s, int64_t* handle) {
   req.caller_waits = true;
   waiters_driving_++;  // before the request exists, so the engine thread never takes it
-  *handle = enqueue(std::move(req), false);
+  try {
+    *handle = enqueue(std::move(req), false);
+  } catch (...) {  // refused (a duplicate name): nothing to drive
+    waiters_driving_--;
+    if (engine_thread_needed()) doorbell_ring(&handoff_);
+    throw;
+  }
   return drive_until_done(*handle, timeout_s);
 }
 

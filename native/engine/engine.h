@@ -78,9 +78,13 @@ class Engine {
   // the start instead of picking the request up and handing it back. *handle is set either way.
   bool run(TensorRequest req, double timeout_s, int64_t* handle);
 
-  // Returns a handle; errors that need no negotiation (unknown process set, duplicate name,
-  // engine failed) complete the handle at once.
+  // Returns a handle; errors that need no negotiation (unknown process set, engine failed)
+  // complete the handle at once. A name already in flight throws std::invalid_argument instead
+  // (Horovod refuses it from the call), and nothing is queued.
   int64_t enqueue(TensorRequest req, bool wake_engine_thread = true);
+  // Throws std::invalid_argument when one of `names` (of `process_set`) is already in flight, or
+  // repeats: lets a caller that submits several requests check them all before queuing any.
+  void check_names_free(int32_t process_set, const std::vector<std::string>& names);
   HandleTable& handles() { return handles_; }
   bool process_set_ranks(int32_t id, std::vector<int32_t>* ranks);
   std::vector<int32_t> process_set_ids();
@@ -118,6 +122,7 @@ class Engine {
   bool execute_allreduce_scattered(const Response& r, Group& g, const std::vector<Entries::iterator>& members,
                                    size_t total, ReduceOp op, double post);
   bool members_alias(const Response& r, const std::vector<Entries::iterator>& members) const;
+  void execute_adasum(const Response& r, Group& g);
   void execute_allgather(const Response& r, Group& g);
   void execute_broadcast(const Response& r, Group& g);
   void execute_alltoall(const Response& r, Group& g);
@@ -133,6 +138,7 @@ class Engine {
   void fail_entry(const std::string& key, HandleError kind, const std::string& msg);
   void fatal(const std::string& msg);
   std::string key_of(int32_t ps, const std::string& name) const { return tensor_key(ps, name); }
+  std::string duplicate_name_message(const std::string& name) const;
 
   int rank_, size_;
   Config cfg_;

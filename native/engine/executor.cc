@@ -147,9 +147,7 @@ void Engine::execute_allreduce(const Response& r, Group& g) {
   const ReductionPlan plan = plan_reduction(r.op, r.postscale, g.size());
   const ReduceOp op = plan.op;
   const double post = plan.postscale;
-  if (r.op == ReduceOp::kAdasum)
-    throw CollectiveError("allreduce of '" + r.names[0] +
-                          "': op=Adasum is not supported by horovod_spark; use Average or Sum");
+  if (r.op == ReduceOp::kAdasum) return execute_adasum(r, g);
   const std::string& first = r.names[0];
   auto entry = entries_.find(key_of(r.process_set, first));
   if (r.names.size() == 1 && entry != entries_.end() && entry->second.members.empty()) {
@@ -214,6 +212,35 @@ void Engine::execute_allreduce(const Response& r, Group& g) {
     off += b;
   }
   finish_members(members);
+}
+
+void Engine::execute_adasum(const Response& r, Group& g) {
+  // Adasum combines each tensor as a whole vector: the coordinator never fuses these responses, and
+  // per_rank lists the element count of each tensor of a packed group (one entry otherwise).
+  if (r.names.size() != 1) throw CollectiveError("internal: a fused Adasum allreduce");
+  const size_t total = r.tensor_bytes(0), es = dtype_size(r.dtype);
+  std::vector<size_t> counts(r.per_rank.begin(), r.per_rank.end());
+  if (counts.empty()) counts.push_back(total / es);
+  if (fusion_buffer_.size() < total) fusion_buffer_.resize(total);
+  uint8_t* buf = fusion_buffer_.data();
+  auto it = entries_.find(key_of(r.process_set, r.names[0]));
+  if (it == entries_.end()) {
+    std::memset(buf, 0, total);  // this rank joined: a zero vector, which Adasum leaves out
+  } else {
+    for_each_piece(it->second, total, [&](const void* in, void*, size_t pb, size_t at) {
+      std::memcpy(buf + at, in, pb);
+    });
+    scale_buffer(buf, total / es, r.dtype, r.prescale);
+  }
+  if (timeline_.active()) timeline_.begin(r.names[0], "COLLECTIVE");
+  adasum_allreduce(g, buf, counts, r.dtype);
+  if (timeline_.active()) timeline_.end(r.names[0]);
+  if (it == entries_.end()) return;
+  scale_buffer(buf, total / es, r.dtype, r.postscale);
+  for_each_piece(it->second, total, [&](const void*, void* out, size_t pb, size_t at) {
+    std::memcpy(out, buf + at, pb);
+  });
+  finish(it->first, HandleResult{});
 }
 
 bool Engine::members_alias(const Response& r, const std::vector<Entries::iterator>& members) const {

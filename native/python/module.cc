@@ -355,6 +355,9 @@ PYBIND11_MODULE(_core, m) {
   m.def("local_rank", [] { return engine().local_rank(); });
   m.def("local_size", [] { return engine().local_size(); });
   m.def("enqueue", &enqueue);
+  m.def("check_names_free", [](int32_t process_set, const std::vector<std::string>& names) {
+    engine().check_names_free(process_set, names);
+  }, "ValueError when one of the names is already in flight in the process set (or repeats).");
   m.def("poll", [](int64_t h) { return engine().handles().poll(h); });
   m.def("wait", [](int64_t h, double timeout) {
     Engine& e = engine();
@@ -405,6 +408,7 @@ PYBIND11_MODULE(_core, m) {
     d["stall_check_seconds"] = c.stall_check_seconds;
     d["stall_shutdown_seconds"] = c.stall_shutdown_seconds;
     d["stall_check_disable"] = c.stall_check_disable;
+    d["process_set_timeout_seconds"] = c.process_set_timeout_seconds;
     d["timeline_path"] = c.timeline_path;
     d["timeline_mark_cycles"] = c.timeline_mark_cycles;
     d["data_timeout_seconds"] = c.data_timeout_seconds;

@@ -54,10 +54,12 @@ def binaries(tmp_path_factory):
     generic = objects(os.path.join(NATIVE, "common", "*.cc"), ["-DHS_REDUCE_FORCE_GENERIC"], "_generic")
     test_reduce = _compile(os.path.join(TESTS, "test_reduce.cc"), os.path.join(out, "test_reduce.o"))
     test_coll = _compile(os.path.join(TESTS, "test_collectives.cc"), os.path.join(out, "test_collectives.o"))
+    test_adasum = _compile(os.path.join(TESTS, "test_adasum.cc"), os.path.join(out, "test_adasum.o"))
     return {
         "reduce": _link([test_reduce, *common], os.path.join(out, "test_reduce")),
         "reduce_generic": _link([test_reduce, *generic], os.path.join(out, "test_reduce_generic")),
         "collectives": _link([test_coll, *common, *collectives], os.path.join(out, "test_collectives")),
+        "adasum": _link([test_adasum, *common, *collectives], os.path.join(out, "test_adasum")),
     }
 
 
@@ -77,3 +79,8 @@ def test_reduction_kernels(binaries, variant):
 def test_collectives(binaries):
     """Every collective x dtype x size x group size over the in-process thread transport."""
     _run(binaries["collectives"], timeout=300)
+
+
+def test_adasum(binaries):
+    """Adasum for 1 to 9 ranks against its definition, tensor by tensor, the same bits on every rank."""
+    _run(binaries["adasum"], timeout=300)
