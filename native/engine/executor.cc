@@ -293,7 +293,16 @@ bool Engine::execute_allreduce_scattered(const Response& r, Group& g,
       if (in != out) std::memcpy(out, in, pb);
       scale_buffer(out, pb / es, r.dtype, r.prescale);
     });
-  allreduce(g, sb.base, const_cast<uint8_t*>(sb.base), total / es, r.dtype, op, post);
+  if (g.size() == 1) {
+    // Nothing to exchange: each output already holds the whole reduction. (allreduce() would apply
+    // the postscale to sb.base, which on this path only names addresses.)
+    for (size_t i = 0; i < r.names.size(); ++i)
+      for_each_piece(members[i]->second, r.tensor_bytes(i), [&](const void*, void* out, size_t pb, size_t) {
+        scale_buffer(out, pb / es, r.dtype, post);
+      });
+  } else {
+    allreduce(g, sb.base, const_cast<uint8_t*>(sb.base), total / es, r.dtype, op, post);
+  }
   stats_.scattered_allreduces++;
   if (timeline_.active()) for (auto& n : r.names) timeline_.end(n);
   finish_members(members);

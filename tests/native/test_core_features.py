@@ -178,3 +178,34 @@ def test_init_arguments_as_horovod_takes_them():
         process_sets.root_index(0, ps)
     with pytest.raises(TypeError, match="root_rank must be an int"):
         process_sets.root_index("first", ps)
+
+
+def _postscale_on_one_rank(members):
+    """A grouped allreduce and fused plain allreduces, over 64 KiB in all (the copy-free fused path),
+    with a postscale, on a group of one rank: a one-rank job, or a one-rank process set."""
+    import numpy as np
+
+    from horovod_spark.common import basics, ops, process_sets
+
+    basics.init()
+    ps = process_sets.add_process_set(members) if members else process_sets.global_process_set
+    got = None
+    if ps.included():
+        group = [np.full(20000, 4.0, np.float32) for _ in range(2)]
+        ptrs = [x.ctypes.data for x in group]
+        ops.wait(ops.grouped_allreduce_async("one.group", ptrs, ptrs, "float32", [x.shape for x in group], ops.Sum,
+                                             prescale=0.25, postscale=8.0, process_set_id=ps.process_set_id))
+        plain = [np.full(20000, 4.0, np.float32) for _ in range(2)]
+        for h in [ops.allreduce_async("one.plain.%d" % i, x.ctypes.data, x.ctypes.data, "float32", x.shape, ops.Max,
+                                      postscale=0.5, process_set_id=ps.process_set_id) for i, x in enumerate(plain)]:
+            ops.wait(h)
+        got = sorted({float(v) for x in group for v in x}), sorted({float(v) for x in plain for v in x})
+    if members:
+        process_sets.remove_process_set(ps)
+    basics.shutdown()
+    return got
+
+
+def test_postscale_on_a_group_of_one_rank():
+    assert run_local(_postscale_on_one_rank, args=(None,), num_proc=1, timeout=60) == [([8.0], [2.0])]
+    assert run_local(_postscale_on_one_rank, args=([1],), num_proc=2, timeout=60) == [None, ([8.0], [2.0])]
