@@ -5,8 +5,9 @@ import os
 import sys
 
 import numpy as np
+from support import REPO_ROOT
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
+sys.path.insert(0, os.path.join(REPO_ROOT, "benchmarks"))
 import soak  # noqa: E402
 import soak_plan  # noqa: E402
 import soak_values  # noqa: E402
