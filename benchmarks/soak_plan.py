@@ -17,7 +17,8 @@ REDUCE_OPS = ("Average", "Sum", "Min", "Max", "Product")
 _SCALES = (1.0, 1.0, 1.0, 0.5, 2.0)
 MAX_SETS = 3
 POOL_SIZE = 24  # allreduce names that recur (the response cache's steady state)
-JOINABLE = ("allreduce", "grouped_allreduce", "allgather", "broadcast", "reducescatter")  # run while ranks joined
+# run while ranks joined: as in Horovod, allgather and broadcast are refused then (tests/frameworks cover that)
+JOINABLE = ("allreduce", "grouped_allreduce", "reducescatter")
 JOIN_MAX_BYTES = 1 << 20  # the largest op while ranks have joined
 TOUR_OPS = len(KINDS) + len(JOINABLE) + 3  # collectives in Planner.tour(): add, remove and join count one each
 
@@ -288,7 +289,7 @@ class Planner:
             return self._new(kind, members, slot, shapes=[shape] * n, root=self._pick(roots),
                              in_place=bool(self.rng.random() < 0.5), **fields)
         if kind == "reducescatter":
-            shape = self._shape(count)
+            shape = self._shape(count) or (1,)  # as in Horovod, a scalar cannot be scattered
             return self._new(kind, members, slot, shapes=[shape] * n, **fields)
         shape = self._shape(count)
         rest = shape[1:]
