@@ -55,12 +55,9 @@ const RequestMeta* Coordinator::cached_request(int32_t id) const {
   return &cached_requests_[id];
 }
 
-std::string Coordinator::key(const RequestMeta& m) const {
-  return tensor_key(m.process_set, m.name);
-}
+std::string Coordinator::key(const RequestMeta& m) const { return tensor_key(m.process_set, m.name); }
 
-void Coordinator::add_request(int rank, const RequestMeta& meta, int32_t cache_id,
-                              int64_t spec_seq) {
+void Coordinator::add_request(int rank, const RequestMeta& meta, int32_t cache_id, int64_t spec_seq) {
   if (meta.type == OpType::kJoin) {
     handle_join(rank);
     return;
@@ -81,13 +78,9 @@ bool Coordinator::try_cached_lane(int rank, int32_t id) {
   const std::string& k = cached_keys_[static_cast<size_t>(id)];
   if ((!pending_.empty() && pending_.count(k)) || (!deferred_.empty() && deferred_.count(k))) return false;
   switch (lane_.add(rank, id)) {
-    case CachedLane::Outcome::kWaiting:
-      return true;
-    case CachedLane::Outcome::kComplete:
-      ready_.push_back(Ready{id, {}});
-      return true;
-    case CachedLane::Outcome::kDeclined:
-      break;
+    case CachedLane::Outcome::kWaiting: return true;
+    case CachedLane::Outcome::kComplete: ready_.push_back(Ready{id, {}}); return true;
+    case CachedLane::Outcome::kDeclined: break;
   }
   return false;
 }
@@ -157,8 +150,7 @@ void Coordinator::handle_join(int rank) {
   joined_.insert(rank);
   last_joined_ = rank;
   for (auto& kv : pending_)
-    if (!kv.second.queued && kv.second.by_rank.begin()->second.process_set == 0)
-      mark_ready_if_complete(kv.first);
+    if (!kv.second.queued && kv.second.by_rank.begin()->second.process_set == 0) mark_ready_if_complete(kv.first);
   if (static_cast<int>(joined_.size()) == size_) {
     Response r;
     r.type = OpType::kJoin;
@@ -175,38 +167,33 @@ void Coordinator::validate(const Pending& p, const std::vector<int32_t>& ranks, 
   int first_rank = p.by_rank.begin()->first;
   const char* op = op_type_name(first.type);
   auto mismatch = [&](const char* what, int r, const std::string& a, const std::string& b) {
-    out->error = std::string("Mismatched ") + op + " " + what + " for tensor '" + first.name +
-                 "': rank " + std::to_string(first_rank) + " has " + a + ", rank " +
-                 std::to_string(r) + " has " + b + ". Every rank must submit the same " + what + ".";
+    out->error = std::string("Mismatched ") + op + " " + what + " for tensor '" + first.name + "': rank " +
+                 std::to_string(first_rank) + " has " + a + ", rank " + std::to_string(r) + " has " + b +
+                 ". Every rank must submit the same " + what + ".";
   };
   for (const auto& [r, m] : p.by_rank) {
-    if (m.type != first.type)
-      return mismatch("operation", r, op_type_name(first.type), op_type_name(m.type));
-    if (m.dtype != first.dtype)
-      return mismatch("data type", r, dtype_name(first.dtype), dtype_name(m.dtype));
+    if (m.type != first.type) return mismatch("operation", r, op_type_name(first.type), op_type_name(m.type));
+    if (m.dtype != first.dtype) return mismatch("data type", r, dtype_name(first.dtype), dtype_name(m.dtype));
     // (before the shape: a packed group's shape is its members' total)
     if (first.type == OpType::kAllreduce && m.splits != first.splits)
-      return mismatch("member shapes", r, member_shapes_text(first.splits),
-                      member_shapes_text(m.splits));
+      return mismatch("member shapes", r, member_shapes_text(first.splits), member_shapes_text(m.splits));
     bool rest_only = first.type == OpType::kAllgather || first.type == OpType::kAlltoall;
     if (rest_only) {
       if (m.shape.size() != first.shape.size() ||
           !std::equal(m.shape.begin() + (m.shape.empty() ? 0 : 1), m.shape.end(),
                       first.shape.begin() + (first.shape.empty() ? 0 : 1)))
-        return mismatch("shape (all but the first dimension)", r, shape_text(first.shape),
-                        shape_text(m.shape));
+        return mismatch("shape (all but the first dimension)", r, shape_text(first.shape), shape_text(m.shape));
     } else if (m.shape != first.shape) {
       return mismatch("shape", r, shape_text(first.shape), shape_text(m.shape));
     }
-    if ((m.type == OpType::kAllreduce || m.type == OpType::kReducescatter) &&
-        m.dtype == DataType::kBool && m.op == ReduceOp::kAverage) {
+    if ((m.type == OpType::kAllreduce || m.type == OpType::kReducescatter) && m.dtype == DataType::kBool &&
+        m.op == ReduceOp::kAverage) {
       out->error = std::string(op) + " of '" + first.name +
                    "': op=Average is undefined for bool tensors; use Sum (logical or), Min or Max";
       return;
     }
     if (first.type == OpType::kAllreduce || first.type == OpType::kReducescatter) {
-      if (m.op != first.op)
-        return mismatch("reduce op", r, reduce_op_name(first.op), reduce_op_name(m.op));
+      if (m.op != first.op) return mismatch("reduce op", r, reduce_op_name(first.op), reduce_op_name(m.op));
       if (m.prescale != first.prescale || m.postscale != first.postscale)
         return mismatch("prescale/postscale factors", r,
                         std::to_string(first.prescale) + "/" + std::to_string(first.postscale),
@@ -226,32 +213,30 @@ void Coordinator::validate(const Pending& p, const std::vector<int32_t>& ranks, 
         out->error = "broadcast of '" + first.name + "': root_rank " + std::to_string(first.root) +
                      " is outside the process set of " + std::to_string(n) + " ranks";
       else if (first.process_set == 0 && joined_.count(ranks[first.root]))
-        out->error = "broadcast of '" + first.name + "': root rank " + std::to_string(first.root) +
-                     " has already called join()";
+        out->error =
+            "broadcast of '" + first.name + "': root rank " + std::to_string(first.root) + " has already called join()";
       break;
     case OpType::kAllgather:
       for (int i = 0; i < n; ++i) {
         auto it = p.by_rank.find(ranks[i]);
-        out->per_rank.push_back(it == p.by_rank.end() || it->second.shape.empty()
-                                    ? (it == p.by_rank.end() ? 0 : 1)
-                                    : it->second.shape[0]);
+        out->per_rank.push_back(it == p.by_rank.end() || it->second.shape.empty() ? (it == p.by_rank.end() ? 0 : 1)
+                                                                                  : it->second.shape[0]);
       }
       break;
     case OpType::kAlltoall:
       for (int i = 0; i < n; ++i) {
         auto it = p.by_rank.find(ranks[i]);
         if (it == p.by_rank.end()) {
-          out->error = "alltoall of '" + first.name + "' cannot run after rank " +
-                       std::to_string(ranks[i]) + " called join()";
+          out->error =
+              "alltoall of '" + first.name + "' cannot run after rank " + std::to_string(ranks[i]) + " called join()";
           return;
         }
         const RequestMeta& m = it->second;
         int64_t dim0 = m.shape.empty() ? 1 : m.shape[0];
         if (m.splits.empty()) {
           if (dim0 % n != 0) {
-            out->error = "alltoall of '" + first.name + "': rank " + std::to_string(ranks[i]) +
-                         "'s first dimension " + std::to_string(dim0) + " does not divide by " +
-                         std::to_string(n) + " ranks; pass splits";
+            out->error = "alltoall of '" + first.name + "': rank " + std::to_string(ranks[i]) + "'s first dimension " +
+                         std::to_string(dim0) + " does not divide by " + std::to_string(n) + " ranks; pass splits";
             return;
           }
           for (int j = 0; j < n; ++j) out->per_rank.push_back(dim0 / n);
@@ -259,10 +244,9 @@ void Coordinator::validate(const Pending& p, const std::vector<int32_t>& ranks, 
           int64_t sum = 0;
           for (int64_t s : m.splits) sum += s;
           if (static_cast<int>(m.splits.size()) != n || sum != dim0) {
-            out->error = "alltoall of '" + first.name + "': rank " + std::to_string(ranks[i]) +
-                         " gave splits " + shape_text(m.splits) + "; they must have " +
-                         std::to_string(n) + " entries summing to the first dimension " +
-                         std::to_string(dim0);
+            out->error = "alltoall of '" + first.name + "': rank " + std::to_string(ranks[i]) + " gave splits " +
+                         shape_text(m.splits) + "; they must have " + std::to_string(n) +
+                         " entries summing to the first dimension " + std::to_string(dim0);
             return;
           }
           out->per_rank.insert(out->per_rank.end(), m.splits.begin(), m.splits.end());
@@ -275,8 +259,8 @@ void Coordinator::validate(const Pending& p, const std::vector<int32_t>& ranks, 
       bool bad = members.empty() || std::adjacent_find(members.begin(), members.end()) != members.end() ||
                  members.front() < 0 || members.back() >= size_;
       if (bad) {
-        out->error = "add_process_set: ranks " + shape_text(first.splits) +
-                     " must be distinct global ranks in [0, " + std::to_string(size_) + ")";
+        out->error = "add_process_set: ranks " + shape_text(first.splits) + " must be distinct global ranks in [0, " +
+                     std::to_string(size_) + ")";
         return;
       }
       for (const auto& kv : process_sets_)
@@ -292,15 +276,13 @@ void Coordinator::validate(const Pending& p, const std::vector<int32_t>& ranks, 
     }
     case OpType::kRemoveProcessSet:
       if (first.root == 0 || !process_sets_.count(first.root)) {
-        out->error = "remove_process_set: no removable process set with id " +
-                     std::to_string(first.root);
+        out->error = "remove_process_set: no removable process set with id " + std::to_string(first.root);
         return;
       }
       out->value = first.root;
       process_sets_.erase(first.root);
       break;
-    default:
-      break;
+    default: break;
   }
 }
 
@@ -334,8 +316,8 @@ Response Coordinator::build_response(const std::string& k, Pending& p) {
   const RequestMeta& first = p.by_rank.begin()->second;
   // Fast path: every rank sent the same cache id, so this exact request was validated before.
   int32_t common = p.cache_ids.begin()->second;
-  bool all_same = common >= 0 && static_cast<int>(p.cache_ids.size()) ==
-                                     static_cast<int>(process_set(first.process_set)->size());
+  bool all_same =
+      common >= 0 && static_cast<int>(p.cache_ids.size()) == static_cast<int>(process_set(first.process_set)->size());
   for (const auto& kv : p.cache_ids) all_same = all_same && kv.second == common;
   if (all_same && common < static_cast<int32_t>(cached_responses_.size())) {
     Response r = cached_responses_[common];
@@ -355,8 +337,8 @@ Response Coordinator::build_response(const std::string& k, Pending& p) {
   r.cache_ids = {-1};
   const auto* ranks = process_set(first.process_set);
   if (!ranks) {
-    r.error = std::string(op_type_name(first.type)) + " of '" + first.name +
-              "': unknown process set id " + std::to_string(first.process_set);
+    r.error = std::string(op_type_name(first.type)) + " of '" + first.name + "': unknown process set id " +
+              std::to_string(first.process_set);
     return r;
   }
   validate(p, *ranks, &r);
@@ -365,9 +347,8 @@ Response Coordinator::build_response(const std::string& k, Pending& p) {
   bool uniform = static_cast<int>(p.by_rank.size()) == static_cast<int>(ranks->size());
   for (const auto& kv : p.by_rank) uniform = uniform && kv.second.signature() == sig;
   bool cacheable = r.error.empty() && uniform && cfg_.cache_capacity > 0 &&
-                   (r.type == OpType::kAllreduce || r.type == OpType::kAllgather ||
-                    r.type == OpType::kBroadcast || r.type == OpType::kReducescatter ||
-                    r.type == OpType::kAlltoall);
+                   (r.type == OpType::kAllreduce || r.type == OpType::kAllgather || r.type == OpType::kBroadcast ||
+                    r.type == OpType::kReducescatter || r.type == OpType::kAlltoall);
   if (cacheable) {
     auto it = cache_by_signature_.find(sig);
     if (it != cache_by_signature_.end()) {
@@ -405,9 +386,9 @@ void Coordinator::fuse(std::vector<Piece>& in, std::vector<Response>* out) {
     if (!a.presend.empty() || !b.presend.empty()) return false;  // their inputs went out alone
     if (a.names.size() == 1 && response_bytes(a) >= kFuseTensorsBelowBytes) return false;
     if (b.names.size() == 1 && response_bytes(b) >= kFuseTensorsBelowBytes) return false;
-    return a.type == OpType::kAllreduce && b.type == OpType::kAllreduce && a.error.empty() &&
-           b.error.empty() && a.dtype == b.dtype && a.op == b.op && a.prescale == b.prescale &&
-           a.postscale == b.postscale && a.process_set == b.process_set;
+    return a.type == OpType::kAllreduce && b.type == OpType::kAllreduce && a.error.empty() && b.error.empty() &&
+           a.dtype == b.dtype && a.op == b.op && a.prescale == b.prescale && a.postscale == b.postscale &&
+           a.process_set == b.process_set;
   };
   // A lane piece is read in place from the cache: one copy per fused response, not per tensor.
   auto view = [&](const Piece& p) -> const Response& {
@@ -497,16 +478,16 @@ void Coordinator::check_stalls(std::vector<Response>* errors) {
                    "missing ranks %s. One or more ranks may have diverged (a conditional collective, "
                    "different tensor names, or an exception). HOROVOD_STALL_CHECK_TIME_SECONDS sets "
                    "this interval.\n",
-                   op_type_name(first.type), first.name.c_str(), static_cast<int>(waited),
-                   ranks_text(have).c_str(), ranks_text(missing).c_str());
+                   op_type_name(first.type), first.name.c_str(), static_cast<int>(waited), ranks_text(have).c_str(),
+                   ranks_text(missing).c_str());
       std::fflush(stderr);
     }
   }
   for (const auto& k : expired) {
     pending_.erase(k);
-    ready_.erase(std::remove_if(ready_.begin(), ready_.end(),
-                                [&](const Ready& r) { return r.cached < 0 && r.key == k; }),
-                 ready_.end());
+    ready_.erase(
+        std::remove_if(ready_.begin(), ready_.end(), [&](const Ready& r) { return r.cached < 0 && r.key == k; }),
+        ready_.end());
   }
   if (!deferred_.empty()) replay_deferred(expired);
 }

@@ -61,8 +61,7 @@ class Engine {
   int listen_port() const { return transport_.listen_port(); }
   // mpi_comm != 0: an MPI_Comm (Open MPI handle) that carries collective data instead of the
   // shared-memory/TCP links; negotiation and liveness still use the links.
-  void start(const std::vector<PeerAddress>& peers, const std::string& job_token,
-             uintptr_t mpi_comm = 0);
+  void start(const std::vector<PeerAddress>& peers, const std::string& job_token, uintptr_t mpi_comm = 0);
   bool uses_mpi() const { return mpi_comm_ != 0; }
   void shutdown();
 

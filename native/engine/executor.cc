@@ -87,8 +87,7 @@ void Engine::execute(const Response& r) {
       if (r.type == OpType::kAddProcessSet) process_sets_[r.value] = r.ranks;
       else process_sets_.erase(r.value);
     }
-    if (r.type == OpType::kAddProcessSet &&
-        std::find(r.ranks.begin(), r.ranks.end(), rank_) != r.ranks.end())
+    if (r.type == OpType::kAddProcessSet && std::find(r.ranks.begin(), r.ranks.end(), rank_) != r.ranks.end())
       groups_[r.value] = make_group(r.ranks);
     if (r.type == OpType::kRemoveProcessSet) groups_.erase(r.value);
     HandleResult res;
@@ -105,10 +104,8 @@ void Engine::execute(const Response& r) {
     // next collective would read them as its own data.
     Group& g = *git->second;
     for (size_t i = 0; i < r.presend.size(); ++i)
-      if (r.presend[i] != rank_)
-        discard_sent_input(g, r.presend[i], static_cast<size_t>(r.presend_bytes[i]));
-    for (const auto& n : r.names)
-      fail_entry(key_of(r.process_set, n), HandleError::kCollective, r.error);
+      if (r.presend[i] != rank_) discard_sent_input(g, r.presend[i], static_cast<size_t>(r.presend_bytes[i]));
+    for (const auto& n : r.names) fail_entry(key_of(r.process_set, n), HandleError::kCollective, r.error);
     return;
   }
   if (timeline_.active())
@@ -133,8 +130,7 @@ void Engine::execute(const Response& r) {
       default: break;
     }
   } catch (const CollectiveError& e) {
-    for (const auto& n : r.names)
-      fail_entry(key_of(r.process_set, n), HandleError::kCollective, e.what());
+    for (const auto& n : r.names) fail_entry(key_of(r.process_set, n), HandleError::kCollective, e.what());
   }
 }
 
@@ -165,8 +161,7 @@ void Engine::execute_allreduce(const Response& r, Group& g) {
     if (timeline_.active()) timeline_.begin(first, "COLLECTIVE");
     if (std::find(r.presend.begin(), r.presend.end(), rank_) != r.presend.end())
       allreduce_after_send(g, in, out, n, r.dtype, op, post);
-    else
-      allreduce(g, in, out, n, r.dtype, op, post);
+    else allreduce(g, in, out, n, r.dtype, op, post);
     if (timeline_.active()) timeline_.end(first);
     return finish(entry->first, HandleResult{});
   }
@@ -179,9 +174,9 @@ void Engine::execute_allreduce(const Response& r, Group& g) {
   // end() for a rank that joined.
   std::vector<Entries::iterator> members(r.names.size());
   for (size_t i = 0; i < r.names.size(); ++i) members[i] = entries_.find(key_of(r.process_set, r.names[i]));
-  if (total > tuning::kDirectReduceBytes && execute_allreduce_scattered(r, g, members, total, op, post))
-    return;
-  if (timeline_.active()) for (auto& n : r.names) timeline_.begin(n, "MEMCPY_IN_FUSION_BUFFER");
+  if (total > tuning::kDirectReduceBytes && execute_allreduce_scattered(r, g, members, total, op, post)) return;
+  if (timeline_.active())
+    for (auto& n : r.names) timeline_.begin(n, "MEMCPY_IN_FUSION_BUFFER");
   // Prescaling each piece right after its copy finds it still in cache: cheaper than a second
   // pass over the whole fusion buffer.
   size_t off = 0;
@@ -198,17 +193,24 @@ void Engine::execute_allreduce(const Response& r, Group& g) {
     }
     off += b;
   }
-  if (timeline_.active()) for (auto& n : r.names) { timeline_.end(n); timeline_.begin(n, "COLLECTIVE"); }
+  if (timeline_.active())
+    for (auto& n : r.names) {
+      timeline_.end(n);
+      timeline_.begin(n, "COLLECTIVE");
+    }
   allreduce(g, buf, buf, total / es, r.dtype, op, post);
-  if (timeline_.active()) for (auto& n : r.names) { timeline_.end(n); timeline_.begin(n, "MEMCPY_OUT_FUSION_BUFFER"); }
+  if (timeline_.active())
+    for (auto& n : r.names) {
+      timeline_.end(n);
+      timeline_.begin(n, "MEMCPY_OUT_FUSION_BUFFER");
+    }
   off = 0;
   for (size_t i = 0; i < r.names.size(); ++i) {
     size_t b = r.tensor_bytes(i);
     auto it = members[i];
     if (it != entries_.end()) {
-      for_each_piece(it->second, b, [&](const void*, void* out, size_t pb, size_t at) {
-        std::memcpy(out, buf + off + at, pb);
-      });
+      for_each_piece(it->second, b,
+                     [&](const void*, void* out, size_t pb, size_t at) { std::memcpy(out, buf + off + at, pb); });
       if (timeline_.active()) timeline_.end(r.names[i]);
     }
     off += b;
@@ -235,9 +237,8 @@ bool Engine::members_alias(const Response& r, const std::vector<Entries::iterato
   return false;
 }
 
-bool Engine::execute_allreduce_scattered(const Response& r, Group& g,
-                                         const std::vector<Entries::iterator>& members, size_t total,
-                                         ReduceOp op, double post) {
+bool Engine::execute_allreduce_scattered(const Response& r, Group& g, const std::vector<Entries::iterator>& members,
+                                         size_t total, ReduceOp op, double post) {
   // Only the ring moves every byte through the transport (the direct path reduces in memory), and
   // a rank that joined has no tensors to point at: those stage through the fusion buffer.
   for (const auto& it : members)
@@ -260,7 +261,8 @@ bool Engine::execute_allreduce_scattered(const Response& r, Group& g,
   if (!scope.ok()) return false;
   // The result overwrites each output, so the reduction runs in place there: an output that is not
   // its input starts as a copy of it (prescaled, like any input).
-  if (timeline_.active()) for (auto& n : r.names) timeline_.begin(n, "COLLECTIVE");
+  if (timeline_.active())
+    for (auto& n : r.names) timeline_.begin(n, "COLLECTIVE");
   for (size_t i = 0; i < r.names.size(); ++i)
     for_each_piece(members[i]->second, r.tensor_bytes(i), [&](const void* in, void* out, size_t pb, size_t) {
       if (in != out) std::memcpy(out, in, pb);
@@ -268,7 +270,8 @@ bool Engine::execute_allreduce_scattered(const Response& r, Group& g,
     });
   allreduce(g, sb.base, const_cast<uint8_t*>(sb.base), total / es, r.dtype, op, post);
   stats_.scattered_allreduces++;
-  if (timeline_.active()) for (auto& n : r.names) timeline_.end(n);
+  if (timeline_.active())
+    for (auto& n : r.names) timeline_.end(n);
   finish_members(members);
   return true;
 }
@@ -303,8 +306,7 @@ void Engine::execute_broadcast(const Response& r, Group& g) {
     broadcast(g, sink.data(), b, r.root);
     return;
   }
-  if (g.rank() == r.root && it->second.in != it->second.out)
-    std::memcpy(it->second.out, it->second.in, b);
+  if (g.rank() == r.root && it->second.in != it->second.out) std::memcpy(it->second.out, it->second.in, b);
   broadcast(g, it->second.out, b, r.root);
   finish(key, HandleResult{});
 }
@@ -341,8 +343,7 @@ void Engine::execute_reducescatter(const Response& r, Group& g) {
   int64_t dim0 = shape.empty() ? 1 : shape[0];
   size_t row_elems = row_bytes(shape, r.dtype) / dtype_size(r.dtype);
   std::vector<size_t> counts(n);
-  for (int i = 0; i < n; ++i)
-    counts[i] = static_cast<size_t>(dim0 / n + (i < dim0 % n ? 1 : 0)) * row_elems;
+  for (int i = 0; i < n; ++i) counts[i] = static_cast<size_t>(dim0 / n + (i < dim0 % n ? 1 : 0)) * row_elems;
   size_t total = elements(shape);
   std::vector<uint8_t> scaled;
   const void* in = it != entries_.end() ? it->second.in : nullptr;

@@ -32,16 +32,15 @@ int create(int rank, int size) {
   std::lock_guard<std::mutex> l(g_mu);
   if (g_engine) throw std::runtime_error("horovod_spark is already initialized");
   if (size < 1 || rank < 0 || rank >= size)
-    throw std::invalid_argument("invalid rank " + std::to_string(rank) + " for size " +
-                                std::to_string(size));
+    throw std::invalid_argument("invalid rank " + std::to_string(rank) + " for size " + std::to_string(size));
   Config cfg = Config::from_env();
   g_engine.reset(new Engine(rank, size, cfg));
   g_engine_fast = g_engine.get();
   return g_engine->listen_port();
 }
 
-void start(const std::vector<std::tuple<std::string, int, std::string>>& peers,
-           const std::string& token, uintptr_t mpi_comm) {
+void start(const std::vector<std::tuple<std::string, int, std::string>>& peers, const std::string& token,
+           uintptr_t mpi_comm) {
   Engine& e = engine();
   std::vector<PeerAddress> addrs;
   for (const auto& [host, port, host_id] : peers) addrs.push_back({host, port, host_id});
@@ -69,10 +68,9 @@ void shutdown() {
   }
 }
 
-TensorRequest make_request(int type, const std::string& name, uintptr_t in_ptr, uintptr_t out_ptr,
-                           int dtype, const std::vector<int64_t>& shape, int root, int op,
-                           double prescale, double postscale, int process_set,
-                           const std::vector<int64_t>& splits) {
+TensorRequest make_request(int type, const std::string& name, uintptr_t in_ptr, uintptr_t out_ptr, int dtype,
+                           const std::vector<int64_t>& shape, int root, int op, double prescale, double postscale,
+                           int process_set, const std::vector<int64_t>& splits) {
   if (dtype < 0 || dtype >= kNumDataTypes) throw std::invalid_argument("unknown dtype code");
   for (int64_t d : shape)
     if (d < 0) throw std::invalid_argument("negative dimension in shape of '" + name + "'");
@@ -93,10 +91,10 @@ TensorRequest make_request(int type, const std::string& name, uintptr_t in_ptr, 
 }
 
 int64_t enqueue(int type, const std::string& name, uintptr_t in_ptr, uintptr_t out_ptr, int dtype,
-                const std::vector<int64_t>& shape, int root, int op, double prescale,
-                double postscale, int process_set, const std::vector<int64_t>& splits) {
-  return engine().enqueue(make_request(type, name, in_ptr, out_ptr, dtype, shape, root, op, prescale,
-                                       postscale, process_set, splits));
+                const std::vector<int64_t>& shape, int root, int op, double prescale, double postscale, int process_set,
+                const std::vector<int64_t>& splits) {
+  return engine().enqueue(
+      make_request(type, name, in_ptr, out_ptr, dtype, shape, root, op, prescale, postscale, process_set, splits));
 }
 
 // Returns (error_kind, message, data, shape, splits, value); data is a numpy uint8 array that owns
@@ -109,11 +107,10 @@ py::tuple take(int64_t h) {
   if (r.has_data) {
     auto* owned = new std::vector<uint8_t>(std::move(r.data));
     py::capsule free_when_done(owned, [](void* p) { delete static_cast<std::vector<uint8_t>*>(p); });
-    data = py::array_t<uint8_t>({static_cast<py::ssize_t>(owned->size())}, {1}, owned->data(),
-                                free_when_done);
+    data = py::array_t<uint8_t>({static_cast<py::ssize_t>(owned->size())}, {1}, owned->data(), free_when_done);
   }
-  return py::make_tuple(static_cast<int>(kind), message, data, py::tuple(py::cast(r.shape)),
-                        py::cast(r.splits), r.value);
+  return py::make_tuple(static_cast<int>(kind), message, data, py::tuple(py::cast(r.shape)), py::cast(r.splits),
+                        r.value);
 }
 // A completed handle's outcome for Python. The common one (success, no data, no value) is a bare
 // True: no tuple, shape or splits objects per handle, which also spares the cyclic GC work in a
@@ -158,8 +155,8 @@ bool arg_name(PyObject* o, const char* what, const char** name, Py_ssize_t* len)
 bool arg_shape(PyObject* o, std::vector<int64_t>* shape) {
   // torch.Size is a tuple subclass, which PySequence_Fast would copy into a new list on every
   // call: read any tuple in place.
-  PyObject* seq = PyTuple_Check(o) ? (Py_INCREF(o), o)
-                                   : PySequence_Fast(o, "allreduce: shape must be a tuple or list of ints");
+  PyObject* seq =
+      PyTuple_Check(o) ? (Py_INCREF(o), o) : PySequence_Fast(o, "allreduce: shape must be a tuple or list of ints");
   if (!seq) return false;
   Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
   PyObject** items = PySequence_Fast_ITEMS(seq);
@@ -191,15 +188,14 @@ bool parse_allreduce(PyObject* const* args, Py_ssize_t nargs, TensorRequest* req
   long long dtype, op, process_set;
   double prescale, postscale;
   std::vector<int64_t> shape;
-  if (!arg_long(args[3], "dtype", &dtype) || !arg_shape(args[4], &shape) ||
-      !arg_long(args[5], "op", &op) || !arg_double(args[6], "prescale", &prescale) ||
-      !arg_double(args[7], "postscale", &postscale) ||
+  if (!arg_long(args[3], "dtype", &dtype) || !arg_shape(args[4], &shape) || !arg_long(args[5], "op", &op) ||
+      !arg_double(args[6], "prescale", &prescale) || !arg_double(args[7], "postscale", &postscale) ||
       !arg_long(args[8], "process_set", &process_set))
     return false;
   static const std::vector<int64_t> no_splits;
-  *req = make_request(static_cast<int>(OpType::kAllreduce), std::string(name, name_len), in_ptr,
-                      out_ptr, static_cast<int>(dtype), shape, 0, static_cast<int>(op), prescale,
-                      postscale, static_cast<int>(process_set), no_splits);
+  *req = make_request(static_cast<int>(OpType::kAllreduce), std::string(name, name_len), in_ptr, out_ptr,
+                      static_cast<int>(dtype), shape, 0, static_cast<int>(op), prescale, postscale,
+                      static_cast<int>(process_set), no_splits);
   return true;
 }
 
@@ -314,8 +310,8 @@ PyObject* enqueue_allreduce_group(PyObject*, PyObject* const* args, Py_ssize_t n
       total += count;
     }
     TensorRequest req = make_request(static_cast<int>(OpType::kAllreduce), std::string(name, name_len), 0, 0,
-                                     static_cast<int>(dtype), {total}, 0, static_cast<int>(op), prescale,
-                                     postscale, static_cast<int>(process_set), member_shapes);
+                                     static_cast<int>(dtype), {total}, 0, static_cast<int>(op), prescale, postscale,
+                                     static_cast<int>(process_set), member_shapes);
     req.members = std::move(members);
     Engine* e = fast_engine();
     if (!e) return nullptr;
@@ -336,20 +332,23 @@ PyMethodDef g_enqueue_allreduce_group_def = fastcall_def<enqueue_allreduce_group
     "enqueue_allreduce_group",
     "enqueue_allreduce_group(name, in_ptrs, out_ptrs, dtype, shapes, op, prescale, postscale, "
     "process_set) -> handle: one packed request for the whole group.");
-PyMethodDef g_enqueue_allreduce_def = fastcall_def<enqueue_allreduce>(
-    "enqueue_allreduce",
-    "enqueue_allreduce(name, in_ptr, out_ptr, dtype, shape, op, prescale, postscale, "
-    "process_set) -> handle.");
+PyMethodDef g_enqueue_allreduce_def =
+    fastcall_def<enqueue_allreduce>("enqueue_allreduce",
+                                    "enqueue_allreduce(name, in_ptr, out_ptr, dtype, shape, op, prescale, postscale, "
+                                    "process_set) -> handle.");
 }  // namespace
 
 PYBIND11_MODULE(_core, m) {
   m.doc() = "horovod_spark native collective core";
   m.def("create", &create, "Create the engine and listen for peers; returns the port.");
-  m.def("start", &start, "Connect to every peer and start the engine thread.", py::arg("peers"),
-        py::arg("token"), py::arg("mpi_comm") = 0);
+  m.def("start", &start, "Connect to every peer and start the engine thread.", py::arg("peers"), py::arg("token"),
+        py::arg("mpi_comm") = 0);
   m.def("uses_mpi", [] { return engine().uses_mpi(); });
   m.def("shutdown", &shutdown);
-  m.def("is_created", [] { std::lock_guard<std::mutex> l(g_mu); return g_engine != nullptr; });
+  m.def("is_created", [] {
+    std::lock_guard<std::mutex> l(g_mu);
+    return g_engine != nullptr;
+  });
   m.def("rank", [] { return engine().rank(); });
   m.def("size", [] { return engine().size(); });
   m.def("local_rank", [] { return engine().local_rank(); });
@@ -363,8 +362,8 @@ PYBIND11_MODULE(_core, m) {
   });
   m.def("take", &take);
   for (PyMethodDef* def : {&g_run_allreduce_def, &g_enqueue_allreduce_def, &g_enqueue_allreduce_group_def})
-    m.add_object(def->ml_name, py::reinterpret_steal<py::object>(
-                                   PyCFunction_NewEx(def, nullptr, m.attr("__name__").ptr())));
+    m.add_object(def->ml_name,
+                 py::reinterpret_steal<py::object>(PyCFunction_NewEx(def, nullptr, m.attr("__name__").ptr())));
   m.def("wait_take", [](int64_t h, double timeout) -> py::object {
     Engine& e = engine();
     bool done;
