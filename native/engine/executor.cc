@@ -22,15 +22,19 @@ size_t elements(const std::vector<int64_t>& shape) {
   for (int64_t d : shape) n *= static_cast<size_t>(d);
   return n;
 }
-// Calls f(in, out, bytes, offset) for each contiguous piece of a request's `bytes` of data: the
-// members of a packed group, or its one input/output pair.
+// Calls f(in, out, bytes, offset) for each contiguous, non-empty piece of a request's `bytes` of
+// data: the members of a packed group, or its one input/output pair. Empty pieces are skipped: their
+// pointers may be null (an empty array's), which memcpy must not be given even for zero bytes.
 template <class F>
 void for_each_piece(const TensorRequest& req, size_t bytes, F&& f) {
-  if (req.members.empty()) return f(req.in, req.out, bytes, size_t(0));
+  if (req.members.empty()) {
+    if (bytes > 0) f(req.in, req.out, bytes, size_t(0));
+    return;
+  }
   size_t at = 0;
   for (const PackedMember& m : req.members) {
     if (at + m.bytes > bytes) throw CollectiveError("internal: a packed group's members overflow it");
-    f(m.in, m.out, m.bytes, at);
+    if (m.bytes > 0) f(m.in, m.out, m.bytes, at);
     at += m.bytes;
   }
 }
@@ -225,7 +229,6 @@ bool Engine::members_alias(const Response& r, const std::vector<Entries::iterato
   std::vector<std::pair<const uint8_t*, const uint8_t*>> ranges;
   for (size_t i = 0; i < r.names.size(); ++i)
     for_each_piece(members[i]->second, r.tensor_bytes(i), [&](const void* in, void* out, size_t pb, size_t) {
-      if (pb == 0) return;
       auto* o = static_cast<const uint8_t*>(out);
       ranges.emplace_back(o, o + pb);
       auto* x = static_cast<const uint8_t*>(in);
@@ -251,7 +254,6 @@ bool Engine::execute_allreduce_scattered(const Response& r, Group& g, const std:
   size_t off = 0;
   for (size_t i = 0; i < r.names.size(); ++i) {
     for_each_piece(members[i]->second, r.tensor_bytes(i), [&](const void*, void* out, size_t pb, size_t at) {
-      if (pb == 0) return;
       sb.start.push_back(off + at);
       sb.where.push_back(static_cast<uint8_t*>(out));
     });
