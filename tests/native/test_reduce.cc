@@ -3,6 +3,7 @@
 // every dtype x op x aliasing pattern x awkward lengths (vector tails), and scale_buffer. The
 // pytest builds this twice, once normally and once with -DHS_REDUCE_FORCE_GENERIC, so both the
 // AVX2/F16C and the baseline SSE2 variants are held to the same bits.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -261,8 +262,8 @@ void test_reduce() {
             ref_element(dt, op, a.data() + i * es, b.data() + i * es, want.data() + i * es);
           // Offset by one element inside a larger buffer: misaligned pointers, like the ring's.
           std::vector<char> da(a.size() + es), db(b.size() + es), dd(n * es + es, char(0x77));
-          std::memcpy(da.data() + es, a.data(), a.size());
-          std::memcpy(db.data() + es, b.data(), b.size());
+          std::copy(a.begin(), a.end(), da.begin() + long(es));  // (memcpy may not take an empty vector's null)
+          std::copy(b.begin(), b.end(), db.begin() + long(es));
           char* pa = da.data() + es;
           char* pb = db.data() + es;
           char* pd = dd.data() + es;
