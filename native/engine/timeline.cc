@@ -36,6 +36,7 @@ void Timeline::start(const std::string& path, bool mark_cycles) {
   first_ = true;
   mark_cycles_ = mark_cycles;
   pids_.clear();
+  active_ = true;
 }
 
 void Timeline::stop() {
@@ -44,6 +45,7 @@ void Timeline::stop() {
   std::fputs("\n]\n", file_);
   std::fclose(file_);
   file_ = nullptr;
+  active_ = false;
 }
 
 void Timeline::write_event(const std::string& json) {
