@@ -80,6 +80,7 @@ int64_t Engine::enqueue(TensorRequest req, bool wake_engine_thread) {
   const int64_t handle = req.handle;
   if (timeline_.active()) req.enqueued_us = Timeline::now_us();  // (its only reader)
   std::string err;
+  HandleError kind = HandleError::kCollective;
   {
     std::lock_guard<std::mutex> l(queue_mu_);
     const RequestMeta& m = req.meta;
@@ -91,6 +92,7 @@ int64_t Engine::enqueue(TensorRequest req, bool wake_engine_thread) {
     else if (submitter_ != me) several_submitters_ = true;
     if (!failed_.empty()) {
       err = failed_;
+      kind = HandleError::kInternal;
     } else if (ps == process_sets_.end()) {
       err = std::string(op_type_name(m.type)) + " of '" + m.name + "': unknown process set id " +
             std::to_string(m.process_set) + " (was it removed, or added on some ranks only?)";
@@ -114,7 +116,7 @@ int64_t Engine::enqueue(TensorRequest req, bool wake_engine_thread) {
     }
   }
   if (!err.empty()) {
-    handles_.fail(handle, failed_.empty() ? HandleError::kCollective : HandleError::kInternal, err);
+    handles_.fail(handle, kind, err);
   } else if (wake_engine_thread) {
     transport_.notify_self();
     doorbell_ring(&handoff_);  // in case it is parked after a waiter left (see handoff_)
