@@ -522,9 +522,15 @@ void Engine::check_health(bool coordinator) {
   // Pending tensors that need a rank that left can never complete.
   std::vector<std::string> doomed;
   for (auto& kv : entries_) {
-    const auto& ps = process_sets_[kv.second.meta.process_set];
-    for (int g : gone)
-      if (g == 0 || std::find(ps.begin(), ps.end(), g) != ps.end()) doomed.push_back(kv.first);
+    // find, not operator[]: other threads read process_sets_ in enqueue() (under queue_mu_, which
+    // this thread does not hold), and a set removed while its tensor was in flight must not come
+    // back as an empty set.
+    const auto ps = process_sets_.find(kv.second.meta.process_set);
+    auto needs = [&](int g) {
+      return g == 0 ||
+             (ps != process_sets_.end() && std::find(ps->second.begin(), ps->second.end(), g) != ps->second.end());
+    };
+    if (std::any_of(gone.begin(), gone.end(), needs)) doomed.push_back(kv.first);
   }
   for (const auto& k : doomed)
     if (entries_.count(k))
