@@ -346,7 +346,7 @@ void scale_isa(void* buf, size_t n, DataType dtype, double factor) {
     case DataType::kFloat64: return Isa::scale_float(static_cast<double*>(buf), n, factor);
     case DataType::kBool:
       // 0/1 times factor, truncated toward zero: true stays true only if |factor| >= 1.
-      if (std::fabs(ff) < 1.0f) std::memset(buf, 0, n);
+      if (std::fabs(ff) < 1.0f && n > 0) std::memset(buf, 0, n);  // (an empty buffer may be null)
       return;
   }
   throw CollectiveError("scale_buffer: unknown dtype code " + std::to_string(int(dtype)));
