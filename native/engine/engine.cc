@@ -57,12 +57,19 @@ void Engine::start(const std::vector<PeerAddress>& peers, const std::string& job
 }
 
 void Engine::shutdown() {
+  stop_ = true;
   if (thread_.joinable()) {
-    stop_ = true;
     transport_.notify_self();
     doorbell_ring(&handoff_);
     thread_.join();
   }
+  // Threads in wait() or run() drive the engine too, and sleep on the transport's doorbell: wake
+  // them, and let each leave (one inside a pass finishes it, at worst bounded by the data timeout)
+  // before the entries and the links go. They count themselves in waiters_driving_ before they look
+  // at stop_, so a thread that saw stop_ unset is waited for here.
+  transport_.notify_self();
+  while (waiters_driving_.load() > 0) std::this_thread::sleep_for(std::chrono::microseconds(100));
+  std::lock_guard<std::mutex> no_pass(progress_mu_);  // (a leaving waiter may still look, under it)
   {
     std::lock_guard<std::mutex> l(queue_mu_);
     if (failed_.empty()) failed_ = "horovod_spark has been shut down; call hvd.init() first";

@@ -104,6 +104,20 @@ void early_shutdown(Rank& k) {
   k.failed_with(k.run(sum_of("later", x)), {who, "shut down"}, "allreduce after a rank shut down");
 }
 
+// shutdown() on one thread while another waits on a handle that cannot complete (the other ranks
+// never submit it): the waiter gets the shut-down error, nothing hangs.
+void shutdown_while_waiting(Rank& k) {
+  std::vector<float> x(4);
+  if (k.rank() == 0) {
+    Outcome o;
+    std::thread waiter([&] { o = k.run(sum_of("never", x)); });
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // (the waiter drives the engine by now)
+    k.engine().shutdown();
+    waiter.join();
+    k.failed_with(o, {"shut down"}, "a wait across shutdown()");
+  }
+}
+
 // A process set is removed while rank 0's tensor in it still waits (rank 1 never sends it), then
 // rank 2 leaves: the removed set must stay unknown on rank 0, not come back empty.
 void set_removed_then_rank_leaves(Rank& k) {
@@ -173,6 +187,8 @@ void scenario_failures() {
     std::fprintf(stderr, "  a rank that shuts down early on %s\n", t.name);
     Job(t.host_ids).run(early_shutdown);
   }
+  std::fprintf(stderr, "  shutdown() while another thread waits\n");
+  Job({"h", "h", "b"}).run(shutdown_while_waiting);
   std::fprintf(stderr, "  a process set removed while its tensor waits, then a rank leaves\n");
   Job({"h", "h", "h"}).run(set_removed_then_rank_leaves);
   hs::Config cfg = test_config();
