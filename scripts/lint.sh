@@ -9,11 +9,6 @@ cd "$root"
 export PATH="$root/.venv/bin:$PATH"
 status=0
 ruff check --quiet . || { echo "ruff found problems (fix: ruff check --fix ., or by hand)"; status=1; }
-mapfile -t cpp < <(find native tests/native -name '*.cc' -o -name '*.h' | sort)
-if ! clang-format --dry-run --Werror "${cpp[@]}" 2>/tmp/horovod_spark_clang_format.log; then
-  grep -o '^[^:]*\.\(cc\|h\)' /tmp/horovod_spark_clang_format.log | sort -u | sed 's/^/not formatted: /'
-  echo "clang-format: run clang-format -i on the files above"
-  status=1
-fi
-[[ $status -eq 0 ]] && echo "lint: ruff and clang-format clean (${#cpp[@]} C++ files)"
+bash scripts/check_format.sh || status=1
+[[ $status -eq 0 ]] && echo "lint: ruff and clang-format clean"
 exit $status

@@ -84,7 +84,8 @@ void combine(const void* a, const void* b, void* out, const std::vector<size_t>&
     default: break;
   }
   throw CollectiveError(std::string("op=Adasum needs floating-point tensors (float16, bfloat16, float32 or "
-                                    "float64), got ") + dtype_name(dtype));
+                                    "float64), got ") +
+                        dtype_name(dtype));
 }
 
 }  // namespace

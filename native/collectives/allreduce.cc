@@ -24,8 +24,8 @@
 namespace hs {
 namespace {
 
-void allreduce_direct(Group& g, const void* in, void* out, size_t count, DataType dtype,
-                      ReduceOp op, double postscale, bool input_sent = false) {
+void allreduce_direct(Group& g, const void* in, void* out, size_t count, DataType dtype, ReduceOp op, double postscale,
+                      bool input_sent = false) {
   const int n = g.size(), r = g.rank();
   const size_t bytes = count * dtype_size(dtype), slot = align_up(bytes);
   if (n == 2 && (input_sent || in != out)) {
@@ -68,15 +68,14 @@ void allreduce_direct(Group& g, const void* in, void* out, size_t count, DataTyp
   scale_buffer(out, count, dtype, postscale);
 }
 
-void allreduce_ring(Group& g, const void* in, void* out, size_t count, DataType dtype,
-                    ReduceOp op, double postscale) {
+void allreduce_ring(Group& g, const void* in, void* out, size_t count, DataType dtype, ReduceOp op, double postscale) {
   const size_t es = dtype_size(dtype);
-  const auto lanes = make_lanes(even_partition(count, g.size()), g.size(),
-                                count * es >= tuning::kBidirectionalRingBytes);
+  const auto lanes =
+      make_lanes(even_partition(count, g.size()), g.size(), count * es >= tuning::kBidirectionalRingBytes);
   char* base = static_cast<char*>(out);
-  ring_reduce_scatter(g, lanes, static_cast<const char*>(in), dtype, op, [&](size_t l, int owner) {
-    return base + lanes[l].seg[size_t(owner)].offset * es;
-  }, postscale);
+  ring_reduce_scatter(
+      g, lanes, static_cast<const char*>(in), dtype, op,
+      [&](size_t l, int owner) { return base + lanes[l].seg[size_t(owner)].offset * es; }, postscale);
   ring_allgather(g, lanes, base, es);
 }
 
@@ -92,8 +91,8 @@ void allreduce_send_input(Group& g, const void* in, size_t bytes) {
   g.exchange(sends, {});
 }
 
-void allreduce_after_send(Group& g, const void* in, void* out, size_t count, DataType dtype,
-                          ReduceOp op, double postscale) {
+void allreduce_after_send(Group& g, const void* in, void* out, size_t count, DataType dtype, ReduceOp op,
+                          double postscale) {
   const size_t bytes = count * dtype_size(dtype);
   if (bytes > tuning::kDirectReduceBytes || g.size() == 1 || count == 0)
     throw CollectiveError("internal: allreduce_after_send needs a direct-path allreduce");
@@ -110,8 +109,7 @@ void discard_sent_input(Group& g, int peer, size_t bytes) {
   g.exchange({}, {rs});
 }
 
-void allreduce(Group& g, const void* in, void* out, size_t count, DataType dtype, ReduceOp op,
-               double postscale) {
+void allreduce(Group& g, const void* in, void* out, size_t count, DataType dtype, ReduceOp op, double postscale) {
   check_group(g, "allreduce");
   check_dtype(dtype, "allreduce");
   check_reduce_op(op, "allreduce");

@@ -35,8 +35,7 @@ void broadcast_direct(Group& g, char* buf, size_t bytes, int root) {
 }
 
 size_t chain_chunk(size_t bytes, int n) {
-  const double ideal =
-      std::sqrt(double(bytes) * double(tuning::kLatencyBandwidthBytes) / double(n - 2));
+  const double ideal = std::sqrt(double(bytes) * double(tuning::kLatencyBandwidthBytes) / double(n - 2));
   return std::clamp(size_t(ideal), tuning::kMinBroadcastChunk, tuning::kMaxBroadcastChunk);
 }
 
@@ -74,8 +73,8 @@ void broadcast(Group& g, void* buf, size_t bytes, int root) {
   check_group(g, "broadcast");
   const int n = g.size();
   if (root < 0 || root >= n) {
-    throw CollectiveError("broadcast: root rank " + std::to_string(root) +
-                          " is out of range for a group of " + std::to_string(n) + " ranks");
+    throw CollectiveError("broadcast: root rank " + std::to_string(root) + " is out of range for a group of " +
+                          std::to_string(n) + " ranks");
   }
   check_buffer(buf, bytes, "broadcast", "buffer");
   if (n == 1 || bytes == 0) return;

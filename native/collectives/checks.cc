@@ -9,8 +9,8 @@ void check_group(const Group& g, const char* who) {
   const int n = g.size();
   const int r = g.rank();
   if (n < 1 || r < 0 || r >= n) {
-    throw CollectiveError(std::string(who) + ": invalid group (rank " + std::to_string(r) +
-                          " of size " + std::to_string(n) + ")");
+    throw CollectiveError(std::string(who) + ": invalid group (rank " + std::to_string(r) + " of size " +
+                          std::to_string(n) + ")");
   }
 }
 
@@ -28,11 +28,10 @@ void check_reduce_op(ReduceOp op, const char* who) {
     case ReduceOp::kMax:
     case ReduceOp::kProduct: return;
     case ReduceOp::kAverage:
-      throw CollectiveError(std::string(who) +
-                            ": op Average must be applied by the caller as Sum then scale");
+      throw CollectiveError(std::string(who) + ": op Average must be applied by the caller as Sum then scale");
     default:
-      throw CollectiveError(std::string(who) + ": op " + reduce_op_name(op) + " (code " +
-                            std::to_string(int(op)) + ") is not supported by this algorithm");
+      throw CollectiveError(std::string(who) + ": op " + reduce_op_name(op) + " (code " + std::to_string(int(op)) +
+                            ") is not supported by this algorithm");
   }
 }
 

@@ -14,8 +14,7 @@ namespace hs {
 // a local reduction in rank order (latency-optimal); large: ring reduce-scatter + allgather
 // (bandwidth-optimal). count may be 0. The result is then scaled by postscale (scale_buffer) as
 // each piece is finished, not in a second pass over it (Average = Sum with postscale 1/n).
-void allreduce(Group& g, const void* in, void* out, size_t count, DataType dtype, ReduceOp op,
-               double postscale = 1.0);
+void allreduce(Group& g, const void* in, void* out, size_t count, DataType dtype, ReduceOp op, double postscale = 1.0);
 
 // The halves of a small allreduce whose input goes out ahead of negotiation (the engine's
 // speculative path): allreduce_send_input sends this rank's whole input to every peer, exactly
@@ -24,8 +23,8 @@ void allreduce(Group& g, const void* in, void* out, size_t count, DataType dtype
 // allreduce() or allreduce_after_send, in any mix); discard_sent_input receives and drops what a
 // peer sent that way for a collective that then failed.
 void allreduce_send_input(Group& g, const void* in, size_t bytes);
-void allreduce_after_send(Group& g, const void* in, void* out, size_t count, DataType dtype,
-                          ReduceOp op, double postscale = 1.0);
+void allreduce_after_send(Group& g, const void* in, void* out, size_t count, DataType dtype, ReduceOp op,
+                          double postscale = 1.0);
 void discard_sent_input(Group& g, int peer, size_t bytes);
 
 // out = concatenation, in rank order, of every rank's in; bytes_per_rank[r] is rank r's size
@@ -42,8 +41,7 @@ void alltoallv(Group& g, const void* in, const std::vector<size_t>& send_bytes, 
 
 // in holds sum(counts) elements on every rank; out receives this rank's block (counts[g.rank()]
 // elements, blocks laid out in rank order) of the element-wise reduction over ranks.
-void reducescatter(Group& g, const void* in, void* out, const std::vector<size_t>& counts,
-                   DataType dtype, ReduceOp op);
+void reducescatter(Group& g, const void* in, void* out, const std::vector<size_t>& counts, DataType dtype, ReduceOp op);
 
 // buf (sum(counts) elements on every rank; counts[t] is tensor t's) becomes the Adasum of every
 // rank's buf, tensor by tensor (adasum.cc says how ranks combine). dtype: a floating-point type.

@@ -10,8 +10,7 @@ namespace {
 constexpr size_t kBlockBytes = 16 * 1024;
 }  // namespace
 
-void reduce_in_rank_order(void* out, const std::vector<const void*>& srcs, size_t count,
-                          DataType dtype, ReduceOp op) {
+void reduce_in_rank_order(void* out, const std::vector<const void*>& srcs, size_t count, DataType dtype, ReduceOp op) {
   const size_t n = srcs.size(), es = dtype_size(dtype);
   char* dst = static_cast<char*>(out);
   if (n == 0 || count == 0) return;

@@ -25,8 +25,8 @@
 namespace hs {
 namespace {
 
-void reducescatter_direct(Group& g, const char* in, char* out, const std::vector<Segment>& block,
-                          DataType dtype, ReduceOp op) {
+void reducescatter_direct(Group& g, const char* in, char* out, const std::vector<Segment>& block, DataType dtype,
+                          ReduceOp op) {
   const int n = g.size(), r = g.rank();
   const size_t es = dtype_size(dtype);
   const Segment& mine = block[size_t(r)];
@@ -52,8 +52,8 @@ void reducescatter_direct(Group& g, const char* in, char* out, const std::vector
   reduce_in_rank_order(out, srcs, mine.count, dtype, op);
 }
 
-void reducescatter_ring(Group& g, const char* in, char* out, const std::vector<Segment>& block,
-                        size_t total, DataType dtype, ReduceOp op) {
+void reducescatter_ring(Group& g, const char* in, char* out, const std::vector<Segment>& block, size_t total,
+                        DataType dtype, ReduceOp op) {
   const int n = g.size(), r = g.rank();
   const size_t es = dtype_size(dtype);
   const std::vector<Segment> owned = even_partition(total, n);  // allreduce's layout
@@ -98,8 +98,8 @@ void reducescatter_ring(Group& g, const char* in, char* out, const std::vector<S
     const Segment from_p = intersect(owned[size_t(p)], block[size_t(r)]);
     if (p == r) {
       if (!direct_to_out && to_p.count > 0) {
-        std::memcpy(out + (to_p.offset - block[size_t(r)].offset) * es,
-                    result + (to_p.offset - mine.offset) * es, to_p.count * es);
+        std::memcpy(out + (to_p.offset - block[size_t(r)].offset) * es, result + (to_p.offset - mine.offset) * es,
+                    to_p.count * es);
       }
       continue;
     }
@@ -119,8 +119,8 @@ void reducescatter_ring(Group& g, const char* in, char* out, const std::vector<S
 
 }  // namespace
 
-void reducescatter(Group& g, const void* in, void* out, const std::vector<size_t>& counts,
-                   DataType dtype, ReduceOp op) {
+void reducescatter(Group& g, const void* in, void* out, const std::vector<size_t>& counts, DataType dtype,
+                   ReduceOp op) {
   check_group(g, "reducescatter");
   check_dtype(dtype, "reducescatter");
   check_reduce_op(op, "reducescatter");

@@ -14,8 +14,8 @@ std::vector<Lane> make_lanes(const std::vector<Segment>& owned, int n, bool bidi
   return {cw, ccw};
 }
 
-void ring_reduce_scatter(Group& g, const std::vector<Lane>& lanes, const char* in, DataType dtype,
-                         ReduceOp op, const SegmentPlace& place, double postscale) {
+void ring_reduce_scatter(Group& g, const std::vector<Lane>& lanes, const char* in, DataType dtype, ReduceOp op,
+                         const SegmentPlace& place, double postscale) {
   const int n = g.size(), r = g.rank();
   const size_t es = dtype_size(dtype);
   std::vector<SendSpec> sends;

@@ -33,8 +33,8 @@ using SegmentPlace = std::function<char*(size_t lane, int owner)>;
 // Segment s accumulates in ring order s+dir, s+2dir, ..., s: fixed for a given layout, so the
 // result does not depend on timing. Units are elements of `dtype`. The last step scales each
 // finished piece by `postscale` (scale_buffer) as it is reduced.
-void ring_reduce_scatter(Group& g, const std::vector<Lane>& lanes, const char* in, DataType dtype,
-                         ReduceOp op, const SegmentPlace& place, double postscale = 1.0);
+void ring_reduce_scatter(Group& g, const std::vector<Lane>& lanes, const char* in, DataType dtype, ReduceOp op,
+                         const SegmentPlace& place, double postscale = 1.0);
 
 // Allgather: buf (units of `unit` bytes) holds this rank's segments of every lane; afterwards
 // it holds all of them, each a verbatim copy of its owner's bytes.

@@ -24,8 +24,7 @@ struct CoarseClock {
 };
 
 inline int64_t coarse_now_us() {
-  return std::chrono::duration_cast<std::chrono::microseconds>(CoarseClock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration_cast<std::chrono::microseconds>(CoarseClock::now().time_since_epoch()).count();
 }
 
 }  // namespace hs

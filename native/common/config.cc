@@ -17,8 +17,8 @@ double env_number(const char* name, double fallback, double min_value) {
   char* end = nullptr;
   double d = std::strtod(v, &end);
   if (end == v || *end != '\0' || d < min_value)
-    throw std::invalid_argument(std::string(name) + "='" + v + "' is not a number >= " +
-                                std::to_string(min_value) + "; unset it or give a valid value");
+    throw std::invalid_argument(std::string(name) + "='" + v + "' is not a number >= " + std::to_string(min_value) +
+                                "; unset it or give a valid value");
   return d;
 }
 
@@ -32,26 +32,23 @@ bool env_flag(const char* name) {
 
 Config Config::from_env() {
   Config c;
-  c.fusion_threshold = static_cast<size_t>(env_number("HOROVOD_FUSION_THRESHOLD",
-                                                      static_cast<double>(c.fusion_threshold), 0));
+  c.fusion_threshold =
+      static_cast<size_t>(env_number("HOROVOD_FUSION_THRESHOLD", static_cast<double>(c.fusion_threshold), 0));
   c.cycle_time_ms = env_number("HOROVOD_CYCLE_TIME", c.cycle_time_ms, 0);
-  c.cache_capacity = static_cast<size_t>(env_number("HOROVOD_CACHE_CAPACITY",
-                                                    static_cast<double>(c.cache_capacity), 0));
+  c.cache_capacity =
+      static_cast<size_t>(env_number("HOROVOD_CACHE_CAPACITY", static_cast<double>(c.cache_capacity), 0));
   c.stall_check_seconds = env_number("HOROVOD_STALL_CHECK_TIME_SECONDS", c.stall_check_seconds, 0);
-  c.stall_shutdown_seconds =
-      env_number("HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", c.stall_shutdown_seconds, 0);
+  c.stall_shutdown_seconds = env_number("HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", c.stall_shutdown_seconds, 0);
   c.stall_check_disable = env_flag("HOROVOD_STALL_CHECK_DISABLE");
-  c.process_set_timeout_seconds =
-      env_number("HOROVOD_PROCESS_SET_TIMEOUT", c.process_set_timeout_seconds, 1);
+  c.process_set_timeout_seconds = env_number("HOROVOD_PROCESS_SET_TIMEOUT", c.process_set_timeout_seconds, 1);
   if (const char* t = env("HOROVOD_TIMELINE")) c.timeline_path = t;
   c.timeline_mark_cycles = env_flag("HOROVOD_TIMELINE_MARK_CYCLES");
   c.data_timeout_seconds = env_number("HOROVOD_DATA_TIMEOUT_SECONDS", c.data_timeout_seconds, 1);
   c.start_timeout_seconds = env_number("HOROVOD_START_TIMEOUT", c.start_timeout_seconds, 1);
   c.shm_disable = env_flag("HOROVOD_SHM_DISABLE");
-  c.speculative_allreduce = !env("HOROVOD_SPECULATIVE_ALLREDUCE") ||
-                            env_flag("HOROVOD_SPECULATIVE_ALLREDUCE");
-  c.shm_ring_bytes = static_cast<size_t>(
-      env_number("HOROVOD_SHM_RING_BYTES", static_cast<double>(c.shm_ring_bytes), 65536));
+  c.speculative_allreduce = !env("HOROVOD_SPECULATIVE_ALLREDUCE") || env_flag("HOROVOD_SPECULATIVE_ALLREDUCE");
+  c.shm_ring_bytes =
+      static_cast<size_t>(env_number("HOROVOD_SHM_RING_BYTES", static_cast<double>(c.shm_ring_bytes), 65536));
   c.shm_ring_bytes = c.shm_ring_bytes / 4096 * 4096;
   return c;
 }

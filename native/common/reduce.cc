@@ -21,8 +21,7 @@
 #include "common/errors.h"
 #include "common/half.h"
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && \
-    !defined(HS_REDUCE_FORCE_GENERIC)
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(HS_REDUCE_FORCE_GENERIC)
 #define HS_REDUCE_AVX2 1
 #include <immintrin.h>
 #define HS_TARGET_AVX2 __attribute__((target("avx2,f16c")))
@@ -93,8 +92,7 @@ struct MaxOp {
 // always_inline so that each body is compiled inside (and for the target of) its caller.
 
 template <class T, class F>
-HS_ALWAYS_INLINE void body_distinct(T* __restrict d, const T* __restrict a, const T* __restrict b,
-                                    size_t n, F f) {
+HS_ALWAYS_INLINE void body_distinct(T* __restrict d, const T* __restrict a, const T* __restrict b, size_t n, F f) {
   for (size_t i = 0; i < n; ++i) d[i] = f(a[i], b[i]);
 }
 template <class T, class F>
@@ -153,20 +151,12 @@ HS_ALWAYS_INLINE void body_scale_half(uint16_t* p, size_t n, float f) {
 }
 
 struct SoftFp16 {
-  HS_ALWAYS_INLINE static void to_float(const uint16_t* s, float* d, size_t n) {
-    half_to_float(s, d, n);
-  }
-  HS_ALWAYS_INLINE static void from_float(const float* s, uint16_t* d, size_t n) {
-    float_to_half(s, d, n);
-  }
+  HS_ALWAYS_INLINE static void to_float(const uint16_t* s, float* d, size_t n) { half_to_float(s, d, n); }
+  HS_ALWAYS_INLINE static void from_float(const float* s, uint16_t* d, size_t n) { float_to_half(s, d, n); }
 };
 struct SoftBf16 {
-  HS_ALWAYS_INLINE static void to_float(const uint16_t* s, float* d, size_t n) {
-    bfloat16_to_float(s, d, n);
-  }
-  HS_ALWAYS_INLINE static void from_float(const float* s, uint16_t* d, size_t n) {
-    float_to_bfloat16(s, d, n);
-  }
+  HS_ALWAYS_INLINE static void to_float(const uint16_t* s, float* d, size_t n) { bfloat16_to_float(s, d, n); }
+  HS_ALWAYS_INLINE static void from_float(const float* s, uint16_t* d, size_t n) { float_to_bfloat16(s, d, n); }
 };
 
 // ---- instruction-set variants: the only functions that carry a target ---------------------
@@ -238,8 +228,7 @@ struct Avx2 {
     body_into_b(d, a, n, f);
   }
   template <class H, class F>
-  HS_TARGET_AVX2 static void half(uint16_t* d, const uint16_t* a, const uint16_t* b, size_t n,
-                                  F f) {
+  HS_TARGET_AVX2 static void half(uint16_t* d, const uint16_t* a, const uint16_t* b, size_t n, F f) {
     body_half<H>(d, a, b, n, f);
   }
   template <class T>
@@ -357,7 +346,7 @@ void scale_isa(void* buf, size_t n, DataType dtype, double factor) {
     case DataType::kFloat64: return Isa::scale_float(static_cast<double*>(buf), n, factor);
     case DataType::kBool:
       // 0/1 times factor, truncated toward zero: true stays true only if |factor| >= 1.
-      if (std::fabs(ff) < 1.0f) std::memset(buf, 0, n);
+      if (std::fabs(ff) < 1.0f && n > 0) std::memset(buf, 0, n);  // (an empty buffer may be null)
       return;
   }
   throw CollectiveError("scale_buffer: unknown dtype code " + std::to_string(int(dtype)));
@@ -365,8 +354,7 @@ void scale_isa(void* buf, size_t n, DataType dtype, double factor) {
 
 }  // namespace
 
-void reduce_buffers(void* dst, const void* a, const void* b, size_t count, DataType dtype,
-                    ReduceOp op) {
+void reduce_buffers(void* dst, const void* a, const void* b, size_t count, DataType dtype, ReduceOp op) {
 #ifdef HS_REDUCE_AVX2
   if (cpu_has_avx2_f16c()) return reduce_isa<Avx2>(dst, a, b, count, dtype, op);
 #endif

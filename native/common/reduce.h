@@ -9,8 +9,7 @@ namespace hs {
 // (Average is Sum followed by scale_buffer; the caller decides the factor).
 // float16/bfloat16 are computed in float32 and rounded back (round-to-nearest-even).
 // bool: Sum and Max are logical or, Min and Product logical and.
-void reduce_buffers(void* dst, const void* a, const void* b, size_t count, DataType dtype,
-                    ReduceOp op);
+void reduce_buffers(void* dst, const void* a, const void* b, size_t count, DataType dtype, ReduceOp op);
 
 // buf[i] *= factor, computed in double for int32/int64/float64 and float otherwise; integers are
 // rounded toward zero (Horovod's behaviour for integer Average). No-op when factor == 1.

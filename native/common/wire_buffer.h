@@ -11,9 +11,16 @@ namespace hs {
 
 class WireWriter {
  public:
-  template <typename T> void put(T v) { out_.append(reinterpret_cast<const char*>(&v), sizeof(T)); }
-  void put_str(const std::string& s) { put<uint32_t>(static_cast<uint32_t>(s.size())); out_ += s; }
-  template <typename T> void put_vec(const std::vector<T>& v) {
+  template <typename T>
+  void put(T v) {
+    out_.append(reinterpret_cast<const char*>(&v), sizeof(T));
+  }
+  void put_str(const std::string& s) {
+    put<uint32_t>(static_cast<uint32_t>(s.size()));
+    out_ += s;
+  }
+  template <typename T>
+  void put_vec(const std::vector<T>& v) {
     put<uint32_t>(static_cast<uint32_t>(v.size()));
     out_.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
   }
@@ -26,7 +33,8 @@ class WireWriter {
 class WireReader {
  public:
   explicit WireReader(const std::string& s) : s_(s) {}
-  template <typename T> T get() {
+  template <typename T>
+  T get() {
     need(sizeof(T));
     T v;
     std::memcpy(&v, s_.data() + pos_, sizeof(T));
@@ -40,7 +48,8 @@ class WireReader {
     pos_ += n;
     return v;
   }
-  template <typename T> std::vector<T> get_vec() {
+  template <typename T>
+  std::vector<T> get_vec() {
     uint32_t n = get<uint32_t>();
     need(static_cast<size_t>(n) * sizeof(T));
     std::vector<T> v(n);

@@ -33,8 +33,7 @@ CachedLane::Outcome CachedLane::add(int rank, int32_t id) {
 }
 
 int32_t CachedLane::waiting_id(int32_t tensor) const {
-  return static_cast<size_t>(tensor) < waiting_by_tensor_.size() ? waiting_by_tensor_[static_cast<size_t>(tensor)]
-                                                                  : -1;
+  return static_cast<size_t>(tensor) < waiting_by_tensor_.size() ? waiting_by_tensor_[static_cast<size_t>(tensor)] : -1;
 }
 
 std::vector<int> CachedLane::take(int32_t id) {

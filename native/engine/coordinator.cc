@@ -30,8 +30,10 @@ std::string ranks_text(const std::set<int>& r) { return ranks_text(std::vector<i
 // members of a packed group, else the one tensor).
 void adasum_segments(const RequestMeta& m, Response* out) {
   if (!dtype_is_float(m.dtype)) {
-    out->error = "allreduce of '" + m.name + "': op=Adasum needs floating-point tensors (float16, bfloat16, "
-                 "float32 or float64), got " + dtype_name(m.dtype);
+    out->error = "allreduce of '" + m.name +
+                 "': op=Adasum needs floating-point tensors (float16, bfloat16, "
+                 "float32 or float64), got " +
+                 dtype_name(m.dtype);
     return;
   }
   if (m.splits.empty()) {
@@ -85,12 +87,9 @@ const RequestMeta* Coordinator::cached_request(int32_t id) const {
   return &cached_requests_[id];
 }
 
-std::string Coordinator::key(const RequestMeta& m) const {
-  return tensor_key(m.process_set, m.name);
-}
+std::string Coordinator::key(const RequestMeta& m) const { return tensor_key(m.process_set, m.name); }
 
-void Coordinator::add_request(int rank, const RequestMeta& meta, int32_t cache_id,
-                              int64_t spec_seq) {
+void Coordinator::add_request(int rank, const RequestMeta& meta, int32_t cache_id, int64_t spec_seq) {
   if (meta.type == OpType::kJoin) {
     handle_join(rank);
     return;
@@ -111,13 +110,9 @@ bool Coordinator::try_cached_lane(int rank, int32_t id) {
   const std::string& k = cached_keys_[static_cast<size_t>(id)];
   if ((!pending_.empty() && pending_.count(k)) || (!deferred_.empty() && deferred_.count(k))) return false;
   switch (lane_.add(rank, id)) {
-    case CachedLane::Outcome::kWaiting:
-      return true;
-    case CachedLane::Outcome::kComplete:
-      ready_.push_back(Ready{id, {}});
-      return true;
-    case CachedLane::Outcome::kDeclined:
-      break;
+    case CachedLane::Outcome::kWaiting: return true;
+    case CachedLane::Outcome::kComplete: ready_.push_back(Ready{id, {}}); return true;
+    case CachedLane::Outcome::kDeclined: break;
   }
   return false;
 }
@@ -187,8 +182,7 @@ void Coordinator::handle_join(int rank) {
   joined_.insert(rank);
   last_joined_ = rank;
   for (auto& kv : pending_)
-    if (!kv.second.queued && kv.second.by_rank.begin()->second.process_set == 0)
-      mark_ready_if_complete(kv.first);
+    if (!kv.second.queued && kv.second.by_rank.begin()->second.process_set == 0) mark_ready_if_complete(kv.first);
   if (static_cast<int>(joined_.size()) == size_) {
     Response r;
     r.type = OpType::kJoin;
@@ -205,38 +199,33 @@ void Coordinator::validate(const Pending& p, const std::vector<int32_t>& ranks, 
   int first_rank = p.by_rank.begin()->first;
   const char* op = op_type_name(first.type);
   auto mismatch = [&](const char* what, int r, const std::string& a, const std::string& b) {
-    out->error = std::string("Mismatched ") + op + " " + what + " for tensor '" + first.name +
-                 "': rank " + std::to_string(first_rank) + " has " + a + ", rank " +
-                 std::to_string(r) + " has " + b + ". Every rank must submit the same " + what + ".";
+    out->error = std::string("Mismatched ") + op + " " + what + " for tensor '" + first.name + "': rank " +
+                 std::to_string(first_rank) + " has " + a + ", rank " + std::to_string(r) + " has " + b +
+                 ". Every rank must submit the same " + what + ".";
   };
   for (const auto& [r, m] : p.by_rank) {
-    if (m.type != first.type)
-      return mismatch("operation", r, op_type_name(first.type), op_type_name(m.type));
-    if (m.dtype != first.dtype)
-      return mismatch("data type", r, dtype_name(first.dtype), dtype_name(m.dtype));
+    if (m.type != first.type) return mismatch("operation", r, op_type_name(first.type), op_type_name(m.type));
+    if (m.dtype != first.dtype) return mismatch("data type", r, dtype_name(first.dtype), dtype_name(m.dtype));
     // (before the shape: a packed group's shape is its members' total)
     if (first.type == OpType::kAllreduce && m.splits != first.splits)
-      return mismatch("member shapes", r, member_shapes_text(first.splits),
-                      member_shapes_text(m.splits));
+      return mismatch("member shapes", r, member_shapes_text(first.splits), member_shapes_text(m.splits));
     bool rest_only = first.type == OpType::kAllgather || first.type == OpType::kAlltoall;
     if (rest_only) {
       if (m.shape.size() != first.shape.size() ||
           !std::equal(m.shape.begin() + (m.shape.empty() ? 0 : 1), m.shape.end(),
                       first.shape.begin() + (first.shape.empty() ? 0 : 1)))
-        return mismatch("shape (all but the first dimension)", r, shape_text(first.shape),
-                        shape_text(m.shape));
+        return mismatch("shape (all but the first dimension)", r, shape_text(first.shape), shape_text(m.shape));
     } else if (m.shape != first.shape) {
       return mismatch("shape", r, shape_text(first.shape), shape_text(m.shape));
     }
-    if ((m.type == OpType::kAllreduce || m.type == OpType::kReducescatter) &&
-        m.dtype == DataType::kBool && m.op == ReduceOp::kAverage) {
+    if ((m.type == OpType::kAllreduce || m.type == OpType::kReducescatter) && m.dtype == DataType::kBool &&
+        m.op == ReduceOp::kAverage) {
       out->error = std::string(op) + " of '" + first.name +
                    "': op=Average is undefined for bool tensors; use Sum (logical or), Min or Max";
       return;
     }
     if (first.type == OpType::kAllreduce || first.type == OpType::kReducescatter) {
-      if (m.op != first.op)
-        return mismatch("reduce op", r, reduce_op_name(first.op), reduce_op_name(m.op));
+      if (m.op != first.op) return mismatch("reduce op", r, reduce_op_name(first.op), reduce_op_name(m.op));
       if (m.prescale != first.prescale || m.postscale != first.postscale)
         return mismatch("prescale/postscale factors", r,
                         std::to_string(first.prescale) + "/" + std::to_string(first.postscale),
@@ -273,26 +262,24 @@ void Coordinator::validate(const Pending& p, const std::vector<int32_t>& ranks, 
     case OpType::kAllgather:
       for (int i = 0; i < n; ++i) {
         auto it = p.by_rank.find(ranks[i]);
-        out->per_rank.push_back(it == p.by_rank.end() || it->second.shape.empty()
-                                    ? (it == p.by_rank.end() ? 0 : 1)
-                                    : it->second.shape[0]);
+        out->per_rank.push_back(it == p.by_rank.end() || it->second.shape.empty() ? (it == p.by_rank.end() ? 0 : 1)
+                                                                                  : it->second.shape[0]);
       }
       break;
     case OpType::kAlltoall:
       for (int i = 0; i < n; ++i) {
         auto it = p.by_rank.find(ranks[i]);
         if (it == p.by_rank.end()) {
-          out->error = "alltoall of '" + first.name + "' cannot run after rank " +
-                       std::to_string(ranks[i]) + " called join()";
+          out->error =
+              "alltoall of '" + first.name + "' cannot run after rank " + std::to_string(ranks[i]) + " called join()";
           return;
         }
         const RequestMeta& m = it->second;
         int64_t dim0 = m.shape.empty() ? 1 : m.shape[0];
         if (m.splits.empty()) {
           if (dim0 % n != 0) {
-            out->error = "alltoall of '" + first.name + "': rank " + std::to_string(ranks[i]) +
-                         "'s first dimension " + std::to_string(dim0) + " does not divide by " +
-                         std::to_string(n) + " ranks; pass splits";
+            out->error = "alltoall of '" + first.name + "': rank " + std::to_string(ranks[i]) + "'s first dimension " +
+                         std::to_string(dim0) + " does not divide by " + std::to_string(n) + " ranks; pass splits";
             return;
           }
           for (int j = 0; j < n; ++j) out->per_rank.push_back(dim0 / n);
@@ -300,10 +287,9 @@ void Coordinator::validate(const Pending& p, const std::vector<int32_t>& ranks, 
           int64_t sum = 0;
           for (int64_t s : m.splits) sum += s;
           if (static_cast<int>(m.splits.size()) != n || sum != dim0) {
-            out->error = "alltoall of '" + first.name + "': rank " + std::to_string(ranks[i]) +
-                         " gave splits " + shape_text(m.splits) + "; they must have " +
-                         std::to_string(n) + " entries summing to the first dimension " +
-                         std::to_string(dim0);
+            out->error = "alltoall of '" + first.name + "': rank " + std::to_string(ranks[i]) + " gave splits " +
+                         shape_text(m.splits) + "; they must have " + std::to_string(n) +
+                         " entries summing to the first dimension " + std::to_string(dim0);
             return;
           }
           out->per_rank.insert(out->per_rank.end(), m.splits.begin(), m.splits.end());
@@ -316,8 +302,8 @@ void Coordinator::validate(const Pending& p, const std::vector<int32_t>& ranks, 
       bool bad = members.empty() || std::adjacent_find(members.begin(), members.end()) != members.end() ||
                  members.front() < 0 || members.back() >= size_;
       if (bad) {
-        out->error = "add_process_set: ranks " + shape_text(first.splits) +
-                     " must be distinct global ranks in [0, " + std::to_string(size_) + ")";
+        out->error = "add_process_set: ranks " + shape_text(first.splits) + " must be distinct global ranks in [0, " +
+                     std::to_string(size_) + ")";
         return;
       }
       for (const auto& kv : process_sets_)
@@ -333,15 +319,13 @@ void Coordinator::validate(const Pending& p, const std::vector<int32_t>& ranks, 
     }
     case OpType::kRemoveProcessSet:
       if (first.root == 0 || !process_sets_.count(first.root)) {
-        out->error = "remove_process_set: no removable process set with id " +
-                     std::to_string(first.root);
+        out->error = "remove_process_set: no removable process set with id " + std::to_string(first.root);
         return;
       }
       out->value = first.root;
       process_sets_.erase(first.root);
       break;
-    default:
-      break;
+    default: break;
   }
 }
 
@@ -375,8 +359,8 @@ Response Coordinator::build_response(const std::string& k, Pending& p) {
   const RequestMeta& first = p.by_rank.begin()->second;
   // Fast path: every rank sent the same cache id, so this exact request was validated before.
   int32_t common = p.cache_ids.begin()->second;
-  bool all_same = common >= 0 && static_cast<int>(p.cache_ids.size()) ==
-                                     static_cast<int>(process_set(first.process_set)->size());
+  bool all_same =
+      common >= 0 && static_cast<int>(p.cache_ids.size()) == static_cast<int>(process_set(first.process_set)->size());
   for (const auto& kv : p.cache_ids) all_same = all_same && kv.second == common;
   if (all_same && common < static_cast<int32_t>(cached_responses_.size())) {
     Response r = cached_responses_[common];
@@ -396,8 +380,8 @@ Response Coordinator::build_response(const std::string& k, Pending& p) {
   r.cache_ids = {-1};
   const auto* ranks = process_set(first.process_set);
   if (!ranks) {
-    r.error = std::string(op_type_name(first.type)) + " of '" + first.name +
-              "': unknown process set id " + std::to_string(first.process_set);
+    r.error = std::string(op_type_name(first.type)) + " of '" + first.name + "': unknown process set id " +
+              std::to_string(first.process_set);
     return r;
   }
   validate(p, *ranks, &r);
@@ -406,9 +390,8 @@ Response Coordinator::build_response(const std::string& k, Pending& p) {
   bool uniform = static_cast<int>(p.by_rank.size()) == static_cast<int>(ranks->size());
   for (const auto& kv : p.by_rank) uniform = uniform && kv.second.signature() == sig;
   bool cacheable = r.error.empty() && uniform && cfg_.cache_capacity > 0 &&
-                   (r.type == OpType::kAllreduce || r.type == OpType::kAllgather ||
-                    r.type == OpType::kBroadcast || r.type == OpType::kReducescatter ||
-                    r.type == OpType::kAlltoall);
+                   (r.type == OpType::kAllreduce || r.type == OpType::kAllgather || r.type == OpType::kBroadcast ||
+                    r.type == OpType::kReducescatter || r.type == OpType::kAlltoall);
   if (cacheable) {
     auto it = cache_by_signature_.find(sig);
     if (it != cache_by_signature_.end()) {
@@ -533,10 +516,8 @@ void Coordinator::check_stalls(std::vector<Response>* errors) {
     for (int32_t r : *ranks) (p.by_rank.count(r) ? have : missing).push_back(r);
     // A process-set change waits for every rank, and ranks that never make it must not wait forever:
     // it has its own deadline, whatever the stall settings.
-    const bool set_change_expired =
-        changes_process_sets(first.type) && waited >= cfg_.process_set_timeout_seconds;
-    const bool stall_expired =
-        stall_checks && cfg_.stall_shutdown_seconds > 0 && waited >= cfg_.stall_shutdown_seconds;
+    const bool set_change_expired = changes_process_sets(first.type) && waited >= cfg_.process_set_timeout_seconds;
+    const bool stall_expired = stall_checks && cfg_.stall_shutdown_seconds > 0 && waited >= cfg_.stall_shutdown_seconds;
     if (set_change_expired || stall_expired) {
       Response r;
       r.type = first.type;
@@ -547,14 +528,15 @@ void Coordinator::check_stalls(std::vector<Response>* errors) {
       if (set_change_expired)
         r.error = describe_request(first) + " timed out after " + std::to_string(static_cast<int>(waited)) +
                   " s: ranks " + ranks_text(missing) + " did not call it (ranks " + ranks_text(have) + " did)." +
-                  other_set_changes(k) + " Every rank must make the same process-set calls; "
+                  other_set_changes(k) +
+                  " Every rank must make the same process-set calls; "
                   "HOROVOD_PROCESS_SET_TIMEOUT sets how long they wait for each other";
       else
-        r.error = (changes_process_sets(first.type)
-                       ? describe_request(first)
-                       : std::string(op_type_name(first.type)) + " of '" + first.name + "'") +
-                  " stalled for " + std::to_string(static_cast<int>(waited)) + " s: ranks " + ranks_text(missing) +
-                  " never submitted it (HOROVOD_STALL_SHUTDOWN_TIME_SECONDS)";
+        r.error =
+            (changes_process_sets(first.type) ? describe_request(first)
+                                              : std::string(op_type_name(first.type)) + " of '" + first.name + "'") +
+            " stalled for " + std::to_string(static_cast<int>(waited)) + " s: ranks " + ranks_text(missing) +
+            " never submitted it (HOROVOD_STALL_SHUTDOWN_TIME_SECONDS)";
       note_presend(p, &r);
       errors->push_back(r);
       expired.push_back(k);
@@ -574,9 +556,9 @@ void Coordinator::check_stalls(std::vector<Response>* errors) {
   }
   for (const auto& k : expired) {
     pending_.erase(k);
-    ready_.erase(std::remove_if(ready_.begin(), ready_.end(),
-                                [&](const Ready& r) { return r.cached < 0 && r.key == k; }),
-                 ready_.end());
+    ready_.erase(
+        std::remove_if(ready_.begin(), ready_.end(), [&](const Ready& r) { return r.cached < 0 && r.key == k; }),
+        ready_.end());
   }
   if (!deferred_.empty()) replay_deferred(expired);
 }

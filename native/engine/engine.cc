@@ -24,8 +24,7 @@ constexpr int64_t kWaitSpinUs = 50, kWaitYieldUs = 500;
 constexpr int kParkedTimeoutUs = 2000;
 }  // namespace
 
-Engine::Engine(int rank, int size, const Config& cfg)
-    : rank_(rank), size_(size), cfg_(cfg), transport_(rank, size) {
+Engine::Engine(int rank, int size, const Config& cfg) : rank_(rank), size_(size), cfg_(cfg), transport_(rank, size) {
   std::vector<int32_t> all(size);
   for (int i = 0; i < size; ++i) all[i] = i;
   process_sets_[0] = all;
@@ -36,13 +35,12 @@ Engine::~Engine() { shutdown(); }
 std::unique_ptr<Group> Engine::make_group(const std::vector<int32_t>& ranks) {
   std::vector<int> r(ranks.begin(), ranks.end());
   if (mpi_comm_)
-    return std::unique_ptr<Group>(new MpiGroup(mpi_comm_, r, &transport_,
-                                               static_cast<int>(cfg_.data_timeout_seconds * 1000)));
+    return std::unique_ptr<Group>(
+        new MpiGroup(mpi_comm_, r, &transport_, static_cast<int>(cfg_.data_timeout_seconds * 1000)));
   return std::unique_ptr<Group>(new PeerGroup(&transport_, r));
 }
 
-void Engine::start(const std::vector<PeerAddress>& peers, const std::string& job_token,
-                   uintptr_t mpi_comm) {
+void Engine::start(const std::vector<PeerAddress>& peers, const std::string& job_token, uintptr_t mpi_comm) {
   mpi_comm_ = mpi_comm;
   TransportOptions opt;
   opt.job_token = job_token;
@@ -54,18 +52,24 @@ void Engine::start(const std::vector<PeerAddress>& peers, const std::string& job
   groups_[0] = make_group(process_sets_[0]);
   peer_specs_.assign(size_, {});
   if (rank_ == 0) coordinator_.reset(new Coordinator(size_, cfg_));
-  if (rank_ == 0 && !cfg_.timeline_path.empty())
-    timeline_.start(cfg_.timeline_path, cfg_.timeline_mark_cycles);
+  if (rank_ == 0 && !cfg_.timeline_path.empty()) timeline_.start(cfg_.timeline_path, cfg_.timeline_mark_cycles);
   thread_ = std::thread([this] { loop(); });
 }
 
 void Engine::shutdown() {
+  stop_ = true;
   if (thread_.joinable()) {
-    stop_ = true;
     transport_.notify_self();
     doorbell_ring(&handoff_);
     thread_.join();
   }
+  // Threads in wait() or run() drive the engine too, and sleep on the transport's doorbell: wake
+  // them, and let each leave (one inside a pass finishes it, at worst bounded by the data timeout)
+  // before the entries and the links go. They count themselves in waiters_driving_ before they look
+  // at stop_, so a thread that saw stop_ unset is waited for here.
+  transport_.notify_self();
+  while (waiters_driving_.load() > 0) std::this_thread::sleep_for(std::chrono::microseconds(100));
+  std::lock_guard<std::mutex> no_pass(progress_mu_);  // (a leaving waiter may still look, under it)
   {
     std::lock_guard<std::mutex> l(queue_mu_);
     if (failed_.empty()) failed_ = "horovod_spark has been shut down; call hvd.init() first";
@@ -83,6 +87,7 @@ int64_t Engine::enqueue(TensorRequest req, bool wake_engine_thread) {
   const int64_t handle = req.handle;
   if (timeline_.active()) req.enqueued_us = Timeline::now_us();  // (its only reader)
   std::string err, duplicate;
+  HandleError kind = HandleError::kCollective;
   {
     std::lock_guard<std::mutex> l(queue_mu_);
     const RequestMeta& m = req.meta;
@@ -94,20 +99,20 @@ int64_t Engine::enqueue(TensorRequest req, bool wake_engine_thread) {
     else if (submitter_ != me) several_submitters_ = true;
     if (!failed_.empty()) {
       err = failed_;
+      kind = HandleError::kInternal;
     } else if (ps == process_sets_.end()) {
       err = std::string(op_type_name(m.type)) + " of '" + m.name + "': unknown process set id " +
             std::to_string(m.process_set) + " (was it removed, or added on some ranks only?)";
     } else if (std::find(ps->second.begin(), ps->second.end(), rank_) == ps->second.end()) {
-      err = std::string(op_type_name(m.type)) + " of '" + m.name + "': rank " +
-            std::to_string(rank_) + " is not a member of process set " +
-            std::to_string(m.process_set);
+      err = std::string(op_type_name(m.type)) + " of '" + m.name + "': rank " + std::to_string(rank_) +
+            " is not a member of process set " + std::to_string(m.process_set);
     } else if (inflight_.count(key)) {
       duplicate = duplicate_name_message(m.name);
     } else {
       for (int g : gone_)
         if (g == 0 || std::find(ps->second.begin(), ps->second.end(), g) != ps->second.end())
-          err = std::string(op_type_name(m.type)) + " of '" + m.name + "': rank " +
-                std::to_string(g) + " has shut down";
+          err =
+              std::string(op_type_name(m.type)) + " of '" + m.name + "': rank " + std::to_string(g) + " has shut down";
     }
     if (err.empty() && duplicate.empty()) {
       inflight_.insert(key);
@@ -119,12 +124,12 @@ int64_t Engine::enqueue(TensorRequest req, bool wake_engine_thread) {
     // Refused at once, as Horovod does (a ValueError from the call): nothing was queued, so the
     // handle is dropped again.
     handles_.fail(handle, HandleError::kCollective, duplicate);
-    HandleError kind;
-    handles_.take(handle, &kind, &duplicate);
+    HandleError dropped;
+    handles_.take(handle, &dropped, &duplicate);
     throw std::invalid_argument(duplicate);
   }
   if (!err.empty()) {
-    handles_.fail(handle, failed_.empty() ? HandleError::kCollective : HandleError::kInternal, err);
+    handles_.fail(handle, kind, err);
   } else if (wake_engine_thread) {
     transport_.notify_self();
     doorbell_ring(&handoff_);  // in case it is parked after a waiter left (see handoff_)
@@ -144,7 +149,8 @@ void Engine::check_names_free(int32_t process_set, const std::vector<std::string
     std::string key = key_of(process_set, name);
     if (inflight_.count(key)) throw std::invalid_argument(duplicate_name_message(name));
     if (!seen.insert(key).second)
-      throw std::invalid_argument("the name '" + name + "' is given to two collectives of one call; "
+      throw std::invalid_argument("the name '" + name +
+                                  "' is given to two collectives of one call; "
                                   "each needs its own");
   }
 }
@@ -239,8 +245,7 @@ bool Engine::run(TensorRequest req, double timeout_s, int64_t* handle) {
 bool Engine::drive_until_done(int64_t handle, double timeout_s) {
   // Deadlines on the coarse clock (milliseconds are plenty); spin timing on the fine one, read
   // only while idle.
-  const int64_t deadline_us =
-      timeout_s < 0 ? INT64_MAX : coarse_now_us() + static_cast<int64_t>(timeout_s * 1e6);
+  const int64_t deadline_us = timeout_s < 0 ? INT64_MAX : coarse_now_us() + static_cast<int64_t>(timeout_s * 1e6);
   auto left_s = [&] { return std::max(0.0, (deadline_us - coarse_now_us()) * 1e-6); };
   auto expired = [&] { return timeout_s >= 0 && coarse_now_us() >= deadline_us; };
   int idle = 0;
@@ -257,7 +262,10 @@ bool Engine::drive_until_done(int64_t handle, double timeout_s) {
       // Someone else is running the engine: a short pass usually ends within microseconds; a long
       // collective does not, so after a few yields sleep on the handle instead.
       maybe_done = true;
-      if (++idle < 64) { sched_yield(); continue; }
+      if (++idle < 64) {
+        sched_yield();
+        continue;
+      }
       if (handles_.wait(handle, timeout_s < 0 ? 0.001 : std::min(0.001, left_s()))) {
         done = true;
         break;
@@ -266,13 +274,21 @@ bool Engine::drive_until_done(int64_t handle, double timeout_s) {
     }
     bool progress = progress_once();
     progress_mu_.unlock();
-    if (progress) { idle = 0; idle_since = 0; maybe_done = true; continue; }
+    if (progress) {
+      idle = 0;
+      idle_since = 0;
+      maybe_done = true;
+      continue;
+    }
     // As in an exchange: spin while every rank has its own CPU, then yield, then sleep.
     int64_t now = Timeline::now_us();
     if (idle_since == 0) idle_since = now;
     if (!transport_.oversubscribed() && now - idle_since < kWaitSpinUs) continue;
     maybe_done = true;  // (now and then regardless: cheap next to a yield or a sleep)
-    if (now - idle_since < kWaitYieldUs) { sched_yield(); continue; }
+    if (now - idle_since < kWaitYieldUs) {
+      sched_yield();
+      continue;
+    }
     transport_.wait_for_activity(token, 1000);
   }
   waiters_driving_--;
@@ -348,14 +364,12 @@ int32_t Engine::cached_id(const TensorRequest& req) const {
 
 bool Engine::try_speculate(const TensorRequest& req, int32_t cache_id) {
   const RequestMeta& m = req.meta;
-  if (!cfg_.speculative_allreduce || mpi_comm_ || size_ < 2 || spec_.active || !entries_.empty())
-    return false;
-  if (m.type != OpType::kAllreduce || m.process_set != 0 || !req.members.empty() ||
-      m.prescale != 1.0 || m.op == ReduceOp::kAdasum)
+  if (!cfg_.speculative_allreduce || mpi_comm_ || size_ < 2 || spec_.active || !entries_.empty()) return false;
+  if (m.type != OpType::kAllreduce || m.process_set != 0 || !req.members.empty() || m.prescale != 1.0 ||
+      m.op == ReduceOp::kAdasum)
     return false;
   size_t bytes = static_cast<size_t>(m.num_elements()) * dtype_size(m.dtype);
-  if (bytes == 0 || bytes > tuning::kDirectReduceBytes || !transport_.can_send_unread(bytes))
-    return false;
+  if (bytes == 0 || bytes > tuning::kDirectReduceBytes || !transport_.can_send_unread(bytes)) return false;
   {
     std::lock_guard<std::mutex> l(queue_mu_);
     if (!gone_.empty() || several_submitters_) return false;
@@ -385,8 +399,7 @@ void Engine::note_speculation(int peer, WireReader& r) {
   auto& q = peer_specs_[peer];
   q.emplace_back(id, seq);
   // Notes for ops this rank has already executed through a response are of no further use.
-  while (!q.empty() && q.front().second < op_seq_ && !(spec_.active && q.front().second >= spec_.seq))
-    q.pop_front();
+  while (!q.empty() && q.front().second < op_seq_ && !(spec_.active && q.front().second >= spec_.seq)) q.pop_front();
   if (rank_ == 0) {
     const RequestMeta* m = coordinator_->cached_request(id);
     if (!m) throw std::runtime_error("rank " + std::to_string(peer) + " sent unknown cache id");
@@ -400,8 +413,7 @@ bool Engine::complete_speculation() {
     if (p == rank_) continue;
     auto& q = peer_specs_[p];
     while (!q.empty() && q.front().second < spec_.seq) q.pop_front();
-    if (q.empty() || q.front().first != spec_.cache_id || q.front().second != spec_.seq)
-      return false;
+    if (q.empty() || q.front().first != spec_.cache_id || q.front().second != spec_.seq) return false;
   }
   // Every rank sent this same op's input early, so the coordinator answers nothing: finish here.
   for (int p = 0; p < size_; ++p)
@@ -547,16 +559,21 @@ void Engine::check_health(bool coordinator) {
   // Pending tensors that need a rank that left can never complete.
   std::vector<std::string> doomed;
   for (auto& kv : entries_) {
-    const auto& ps = process_sets_[kv.second.meta.process_set];
-    for (int g : gone)
-      if (g == 0 || std::find(ps.begin(), ps.end(), g) != ps.end()) doomed.push_back(kv.first);
+    // find, not operator[]: other threads read process_sets_ in enqueue() (under queue_mu_, which
+    // this thread does not hold), and a set removed while its tensor was in flight must not come
+    // back as an empty set.
+    const auto ps = process_sets_.find(kv.second.meta.process_set);
+    auto needs = [&](int g) {
+      return g == 0 ||
+             (ps != process_sets_.end() && std::find(ps->second.begin(), ps->second.end(), g) != ps->second.end());
+    };
+    if (std::any_of(gone.begin(), gone.end(), needs)) doomed.push_back(kv.first);
   }
   for (const auto& k : doomed)
     if (entries_.count(k))
       fail_entry(k, HandleError::kInternal,
-                 std::string(op_type_name(entries_[k].meta.type)) + " of '" +
-                     entries_[k].meta.name + "' cannot complete: " + transport_.describe(gone[0]) +
-                     " has shut down");
+                 std::string(op_type_name(entries_[k].meta.type)) + " of '" + entries_[k].meta.name +
+                     "' cannot complete: " + transport_.describe(gone[0]) + " has shut down");
 }
 
 }  // namespace hs

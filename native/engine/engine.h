@@ -61,9 +61,10 @@ class Engine {
   int listen_port() const { return transport_.listen_port(); }
   // mpi_comm != 0: an MPI_Comm (Open MPI handle) that carries collective data instead of the
   // shared-memory/TCP links; negotiation and liveness still use the links.
-  void start(const std::vector<PeerAddress>& peers, const std::string& job_token,
-             uintptr_t mpi_comm = 0);
+  void start(const std::vector<PeerAddress>& peers, const std::string& job_token, uintptr_t mpi_comm = 0);
   bool uses_mpi() const { return mpi_comm_ != 0; }
+  // Stops the engine: pending and later handles fail. Other threads may be waiting on handles
+  // meanwhile (they get the error); the Engine must outlive their calls.
   void shutdown();
 
   int rank() const { return rank_; }

@@ -22,15 +22,19 @@ size_t elements(const std::vector<int64_t>& shape) {
   for (int64_t d : shape) n *= static_cast<size_t>(d);
   return n;
 }
-// Calls f(in, out, bytes, offset) for each contiguous piece of a request's `bytes` of data: the
-// members of a packed group, or its one input/output pair.
+// Calls f(in, out, bytes, offset) for each contiguous, non-empty piece of a request's `bytes` of
+// data: the members of a packed group, or its one input/output pair. Empty pieces are skipped: their
+// pointers may be null (an empty array's), which memcpy must not be given even for zero bytes.
 template <class F>
 void for_each_piece(const TensorRequest& req, size_t bytes, F&& f) {
-  if (req.members.empty()) return f(req.in, req.out, bytes, size_t(0));
+  if (req.members.empty()) {
+    if (bytes > 0) f(req.in, req.out, bytes, size_t(0));
+    return;
+  }
   size_t at = 0;
   for (const PackedMember& m : req.members) {
     if (at + m.bytes > bytes) throw CollectiveError("internal: a packed group's members overflow it");
-    f(m.in, m.out, m.bytes, at);
+    if (m.bytes > 0) f(m.in, m.out, m.bytes, at);
     at += m.bytes;
   }
 }
@@ -87,8 +91,7 @@ void Engine::execute(const Response& r) {
       if (r.type == OpType::kAddProcessSet) process_sets_[r.value] = r.ranks;
       else process_sets_.erase(r.value);
     }
-    if (r.type == OpType::kAddProcessSet &&
-        std::find(r.ranks.begin(), r.ranks.end(), rank_) != r.ranks.end())
+    if (r.type == OpType::kAddProcessSet && std::find(r.ranks.begin(), r.ranks.end(), rank_) != r.ranks.end())
       groups_[r.value] = make_group(r.ranks);
     if (r.type == OpType::kRemoveProcessSet) groups_.erase(r.value);
     HandleResult res;
@@ -105,10 +108,8 @@ void Engine::execute(const Response& r) {
     // next collective would read them as its own data.
     Group& g = *git->second;
     for (size_t i = 0; i < r.presend.size(); ++i)
-      if (r.presend[i] != rank_)
-        discard_sent_input(g, r.presend[i], static_cast<size_t>(r.presend_bytes[i]));
-    for (const auto& n : r.names)
-      fail_entry(key_of(r.process_set, n), HandleError::kCollective, r.error);
+      if (r.presend[i] != rank_) discard_sent_input(g, r.presend[i], static_cast<size_t>(r.presend_bytes[i]));
+    for (const auto& n : r.names) fail_entry(key_of(r.process_set, n), HandleError::kCollective, r.error);
     return;
   }
   if (timeline_.active())
@@ -133,8 +134,7 @@ void Engine::execute(const Response& r) {
       default: break;
     }
   } catch (const CollectiveError& e) {
-    for (const auto& n : r.names)
-      fail_entry(key_of(r.process_set, n), HandleError::kCollective, e.what());
+    for (const auto& n : r.names) fail_entry(key_of(r.process_set, n), HandleError::kCollective, e.what());
   }
 }
 
@@ -163,8 +163,7 @@ void Engine::execute_allreduce(const Response& r, Group& g) {
     if (timeline_.active()) timeline_.begin(first, "COLLECTIVE");
     if (std::find(r.presend.begin(), r.presend.end(), rank_) != r.presend.end())
       allreduce_after_send(g, in, out, n, r.dtype, op, post);
-    else
-      allreduce(g, in, out, n, r.dtype, op, post);
+    else allreduce(g, in, out, n, r.dtype, op, post);
     if (timeline_.active()) timeline_.end(first);
     return finish(entry->first, HandleResult{});
   }
@@ -177,9 +176,9 @@ void Engine::execute_allreduce(const Response& r, Group& g) {
   // end() for a rank that joined.
   std::vector<Entries::iterator> members(r.names.size());
   for (size_t i = 0; i < r.names.size(); ++i) members[i] = entries_.find(key_of(r.process_set, r.names[i]));
-  if (total > tuning::kDirectReduceBytes && execute_allreduce_scattered(r, g, members, total, op, post))
-    return;
-  if (timeline_.active()) for (auto& n : r.names) timeline_.begin(n, "MEMCPY_IN_FUSION_BUFFER");
+  if (total > tuning::kDirectReduceBytes && execute_allreduce_scattered(r, g, members, total, op, post)) return;
+  if (timeline_.active())
+    for (auto& n : r.names) timeline_.begin(n, "MEMCPY_IN_FUSION_BUFFER");
   // Prescaling each piece right after its copy finds it still in cache: cheaper than a second
   // pass over the whole fusion buffer.
   size_t off = 0;
@@ -196,17 +195,24 @@ void Engine::execute_allreduce(const Response& r, Group& g) {
     }
     off += b;
   }
-  if (timeline_.active()) for (auto& n : r.names) { timeline_.end(n); timeline_.begin(n, "COLLECTIVE"); }
+  if (timeline_.active())
+    for (auto& n : r.names) {
+      timeline_.end(n);
+      timeline_.begin(n, "COLLECTIVE");
+    }
   allreduce(g, buf, buf, total / es, r.dtype, op, post);
-  if (timeline_.active()) for (auto& n : r.names) { timeline_.end(n); timeline_.begin(n, "MEMCPY_OUT_FUSION_BUFFER"); }
+  if (timeline_.active())
+    for (auto& n : r.names) {
+      timeline_.end(n);
+      timeline_.begin(n, "MEMCPY_OUT_FUSION_BUFFER");
+    }
   off = 0;
   for (size_t i = 0; i < r.names.size(); ++i) {
     size_t b = r.tensor_bytes(i);
     auto it = members[i];
     if (it != entries_.end()) {
-      for_each_piece(it->second, b, [&](const void*, void* out, size_t pb, size_t at) {
-        std::memcpy(out, buf + off + at, pb);
-      });
+      for_each_piece(it->second, b,
+                     [&](const void*, void* out, size_t pb, size_t at) { std::memcpy(out, buf + off + at, pb); });
       if (timeline_.active()) timeline_.end(r.names[i]);
     }
     off += b;
@@ -227,9 +233,8 @@ void Engine::execute_adasum(const Response& r, Group& g) {
   if (it == entries_.end()) {
     std::memset(buf, 0, total);  // this rank joined: a zero vector, which Adasum leaves out
   } else {
-    for_each_piece(it->second, total, [&](const void* in, void*, size_t pb, size_t at) {
-      std::memcpy(buf + at, in, pb);
-    });
+    for_each_piece(it->second, total,
+                   [&](const void* in, void*, size_t pb, size_t at) { std::memcpy(buf + at, in, pb); });
     scale_buffer(buf, total / es, r.dtype, r.prescale);
   }
   if (timeline_.active()) timeline_.begin(r.names[0], "COLLECTIVE");
@@ -237,9 +242,8 @@ void Engine::execute_adasum(const Response& r, Group& g) {
   if (timeline_.active()) timeline_.end(r.names[0]);
   if (it == entries_.end()) return;
   scale_buffer(buf, total / es, r.dtype, r.postscale);
-  for_each_piece(it->second, total, [&](const void*, void* out, size_t pb, size_t at) {
-    std::memcpy(out, buf + at, pb);
-  });
+  for_each_piece(it->second, total,
+                 [&](const void*, void* out, size_t pb, size_t at) { std::memcpy(out, buf + at, pb); });
   finish(it->first, HandleResult{});
 }
 
@@ -250,7 +254,6 @@ bool Engine::members_alias(const Response& r, const std::vector<Entries::iterato
   std::vector<std::pair<const uint8_t*, const uint8_t*>> ranges;
   for (size_t i = 0; i < r.names.size(); ++i)
     for_each_piece(members[i]->second, r.tensor_bytes(i), [&](const void* in, void* out, size_t pb, size_t) {
-      if (pb == 0) return;
       auto* o = static_cast<const uint8_t*>(out);
       ranges.emplace_back(o, o + pb);
       auto* x = static_cast<const uint8_t*>(in);
@@ -262,9 +265,8 @@ bool Engine::members_alias(const Response& r, const std::vector<Entries::iterato
   return false;
 }
 
-bool Engine::execute_allreduce_scattered(const Response& r, Group& g,
-                                         const std::vector<Entries::iterator>& members, size_t total,
-                                         ReduceOp op, double post) {
+bool Engine::execute_allreduce_scattered(const Response& r, Group& g, const std::vector<Entries::iterator>& members,
+                                         size_t total, ReduceOp op, double post) {
   // Only the ring moves every byte through the transport (the direct path reduces in memory), and
   // a rank that joined has no tensors to point at: those stage through the fusion buffer.
   for (const auto& it : members)
@@ -277,7 +279,6 @@ bool Engine::execute_allreduce_scattered(const Response& r, Group& g,
   size_t off = 0;
   for (size_t i = 0; i < r.names.size(); ++i) {
     for_each_piece(members[i]->second, r.tensor_bytes(i), [&](const void*, void* out, size_t pb, size_t at) {
-      if (pb == 0) return;
       sb.start.push_back(off + at);
       sb.where.push_back(static_cast<uint8_t*>(out));
     });
@@ -287,7 +288,8 @@ bool Engine::execute_allreduce_scattered(const Response& r, Group& g,
   if (!scope.ok()) return false;
   // The result overwrites each output, so the reduction runs in place there: an output that is not
   // its input starts as a copy of it (prescaled, like any input).
-  if (timeline_.active()) for (auto& n : r.names) timeline_.begin(n, "COLLECTIVE");
+  if (timeline_.active())
+    for (auto& n : r.names) timeline_.begin(n, "COLLECTIVE");
   for (size_t i = 0; i < r.names.size(); ++i)
     for_each_piece(members[i]->second, r.tensor_bytes(i), [&](const void* in, void* out, size_t pb, size_t) {
       if (in != out) std::memcpy(out, in, pb);
@@ -297,14 +299,14 @@ bool Engine::execute_allreduce_scattered(const Response& r, Group& g,
     // Nothing to exchange: each output already holds the whole reduction. (allreduce() would apply
     // the postscale to sb.base, which on this path only names addresses.)
     for (size_t i = 0; i < r.names.size(); ++i)
-      for_each_piece(members[i]->second, r.tensor_bytes(i), [&](const void*, void* out, size_t pb, size_t) {
-        scale_buffer(out, pb / es, r.dtype, post);
-      });
+      for_each_piece(members[i]->second, r.tensor_bytes(i),
+                     [&](const void*, void* out, size_t pb, size_t) { scale_buffer(out, pb / es, r.dtype, post); });
   } else {
     allreduce(g, sb.base, const_cast<uint8_t*>(sb.base), total / es, r.dtype, op, post);
   }
   stats_.scattered_allreduces++;
-  if (timeline_.active()) for (auto& n : r.names) timeline_.end(n);
+  if (timeline_.active())
+    for (auto& n : r.names) timeline_.end(n);
   finish_members(members);
   return true;
 }
@@ -339,8 +341,7 @@ void Engine::execute_broadcast(const Response& r, Group& g) {
     broadcast(g, sink.data(), b, r.root);
     return;
   }
-  if (g.rank() == r.root && it->second.in != it->second.out)
-    std::memcpy(it->second.out, it->second.in, b);
+  if (g.rank() == r.root && it->second.in != it->second.out) std::memcpy(it->second.out, it->second.in, b);
   broadcast(g, it->second.out, b, r.root);
   finish(key, HandleResult{});
 }
@@ -377,8 +378,7 @@ void Engine::execute_reducescatter(const Response& r, Group& g) {
   int64_t dim0 = shape.empty() ? 1 : shape[0];
   size_t row_elems = row_bytes(shape, r.dtype) / dtype_size(r.dtype);
   std::vector<size_t> counts(n);
-  for (int i = 0; i < n; ++i)
-    counts[i] = static_cast<size_t>(dim0 / n + (i < dim0 % n ? 1 : 0)) * row_elems;
+  for (int i = 0; i < n; ++i) counts[i] = static_cast<size_t>(dim0 / n + (i < dim0 % n ? 1 : 0)) * row_elems;
   size_t total = elements(shape);
   std::vector<uint8_t> scaled;
   const void* in = it != entries_.end() ? it->second.in : nullptr;

@@ -29,8 +29,7 @@ std::string member_shapes_text(const std::vector<int64_t>& splits) {
   for (size_t i = 0; i < splits.size();) {
     size_t ndim = static_cast<size_t>(std::max<int64_t>(0, splits[i++]));
     out += out.empty() ? "[" : ", [";
-    for (size_t d = 0; d < ndim && i < splits.size(); ++d, ++i)
-      out += (d ? ", " : "") + std::to_string(splits[i]);
+    for (size_t d = 0; d < ndim && i < splits.size(); ++d, ++i) out += (d ? ", " : "") + std::to_string(splits[i]);
     out += "]";
   }
   return out.empty() ? "no members" : out;

@@ -10,8 +10,15 @@
 namespace hs {
 
 enum class OpType : uint8_t {
-  kAllreduce, kAllgather, kBroadcast, kAlltoall, kReducescatter, kBarrier, kJoin,
-  kAddProcessSet, kRemoveProcessSet,
+  kAllreduce,
+  kAllgather,
+  kBroadcast,
+  kAlltoall,
+  kReducescatter,
+  kBarrier,
+  kJoin,
+  kAddProcessSet,
+  kRemoveProcessSet,
 };
 const char* op_type_name(OpType t);
 
@@ -38,9 +45,8 @@ struct RequestMeta {
   std::string signature() const;
   // signature() == other.signature(), without serializing either.
   bool same_signature(const RequestMeta& o) const {
-    return type == o.type && dtype == o.dtype && root == o.root && op == o.op &&
-           prescale == o.prescale && postscale == o.postscale && process_set == o.process_set &&
-           shape == o.shape && name == o.name &&
+    return type == o.type && dtype == o.dtype && root == o.root && op == o.op && prescale == o.prescale &&
+           postscale == o.postscale && process_set == o.process_set && shape == o.shape && name == o.name &&
            splits == o.splits;
   }
   void write(WireWriter& w) const;

@@ -10,7 +10,10 @@ std::string json_escape(const std::string& s) {
   std::string o;
   for (char c : s) {
     if (c == '"' || c == '\\') o += '\\';
-    if (static_cast<unsigned char>(c) < 0x20) { o += ' '; continue; }
+    if (static_cast<unsigned char>(c) < 0x20) {
+      o += ' ';
+      continue;
+    }
     o += c;
   }
   return o;
@@ -18,8 +21,8 @@ std::string json_escape(const std::string& s) {
 }  // namespace
 
 int64_t Timeline::now_us() {
-  return std::chrono::duration_cast<std::chrono::microseconds>(
-             std::chrono::steady_clock::now().time_since_epoch()).count();
+  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
 }
 
 Timeline::~Timeline() { stop(); }
@@ -33,6 +36,7 @@ void Timeline::start(const std::string& path, bool mark_cycles) {
   first_ = true;
   mark_cycles_ = mark_cycles;
   pids_.clear();
+  active_ = true;
 }
 
 void Timeline::stop() {
@@ -41,6 +45,7 @@ void Timeline::stop() {
   std::fputs("\n]\n", file_);
   std::fclose(file_);
   file_ = nullptr;
+  active_ = false;
 }
 
 void Timeline::write_event(const std::string& json) {
@@ -72,8 +77,7 @@ void Timeline::begin(const std::string& tensor, const std::string& activity, int
   if (!file_) return;
   int pid = pid_for(tensor);
   write_event("{\"ph\": \"B\", \"name\": \"" + json_escape(activity) + "\", \"ts\": " +
-              std::to_string(ts < 0 ? now_us() : ts) + ", \"pid\": " + std::to_string(pid) +
-              ", \"tid\": 0}");
+              std::to_string(ts < 0 ? now_us() : ts) + ", \"pid\": " + std::to_string(pid) + ", \"tid\": 0}");
 }
 
 void Timeline::end(const std::string& tensor, int64_t ts) {
@@ -87,8 +91,8 @@ void Timeline::end(const std::string& tensor, int64_t ts) {
 void Timeline::mark_cycle() {
   std::lock_guard<std::mutex> l(mu_);
   if (!file_ || !mark_cycles_) return;
-  write_event("{\"ph\": \"i\", \"name\": \"CYCLE_START\", \"s\": \"g\", \"ts\": " +
-              std::to_string(now_us()) + ", \"pid\": 0, \"tid\": 0}");
+  write_event("{\"ph\": \"i\", \"name\": \"CYCLE_START\", \"s\": \"g\", \"ts\": " + std::to_string(now_us()) +
+              ", \"pid\": 0, \"tid\": 0}");
 }
 
 }  // namespace hs

@@ -5,8 +5,10 @@
 #include <pybind11/stl.h>
 
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <mutex>
+#include <thread>
 
 #include "common/config.h"
 #include "common/errors.h"
@@ -16,38 +18,42 @@ namespace py = pybind11;
 using namespace hs;
 
 namespace {
+// The engine lives as long as any call uses it: shutdown() may run on one Python thread while
+// others wait inside the engine with the GIL released (at interpreter exit, atexit's shutdown()
+// while daemon threads wait on collectives), so every call holds a reference for its duration.
 std::mutex g_mu;
-std::unique_ptr<Engine> g_engine;
-// g_engine.get(), readable without g_mu on the latency path (set and cleared under g_mu).
+std::shared_ptr<Engine> g_engine;
+// g_engine.get(), readable without g_mu on the latency path (set and cleared under g_mu). Those
+// calls hold no reference; they count themselves in g_fast_calls, which shutdown() waits to drain.
 std::atomic<Engine*> g_engine_fast{nullptr};
+std::atomic<int> g_fast_calls{0};
 const char* const kNotInitialized = "horovod_spark has not been initialized; call hvd.init() first";
 
-Engine& engine() {
+std::shared_ptr<Engine> engine() {
   std::lock_guard<std::mutex> l(g_mu);
   if (!g_engine) throw py::value_error(kNotInitialized);
-  return *g_engine;
+  return g_engine;
 }
 
 int create(int rank, int size) {
   std::lock_guard<std::mutex> l(g_mu);
   if (g_engine) throw std::runtime_error("horovod_spark is already initialized");
   if (size < 1 || rank < 0 || rank >= size)
-    throw std::invalid_argument("invalid rank " + std::to_string(rank) + " for size " +
-                                std::to_string(size));
+    throw std::invalid_argument("invalid rank " + std::to_string(rank) + " for size " + std::to_string(size));
   Config cfg = Config::from_env();
   g_engine.reset(new Engine(rank, size, cfg));
   g_engine_fast = g_engine.get();
   return g_engine->listen_port();
 }
 
-void start(const std::vector<std::tuple<std::string, int, std::string>>& peers,
-           const std::string& token, uintptr_t mpi_comm) {
-  Engine& e = engine();
+void start(const std::vector<std::tuple<std::string, int, std::string>>& peers, const std::string& token,
+           uintptr_t mpi_comm) {
+  std::shared_ptr<Engine> e = engine();
   std::vector<PeerAddress> addrs;
   for (const auto& [host, port, host_id] : peers) addrs.push_back({host, port, host_id});
   try {
     py::gil_scoped_release nogil;
-    e.start(addrs, token, mpi_comm);
+    e->start(addrs, token, mpi_comm);
   } catch (...) {
     std::lock_guard<std::mutex> l(g_mu);
     g_engine_fast = nullptr;
@@ -57,22 +63,23 @@ void start(const std::vector<std::tuple<std::string, int, std::string>>& peers,
 }
 
 void shutdown() {
-  std::unique_ptr<Engine> e;
+  std::shared_ptr<Engine> e;  // (released last, with the GIL held again)
   {
     std::lock_guard<std::mutex> l(g_mu);
     g_engine_fast = nullptr;
     e = std::move(g_engine);
   }
-  if (e) {
-    py::gil_scoped_release nogil;
-    e->shutdown();
-  }
+  if (!e) return;
+  py::gil_scoped_release nogil;
+  e->shutdown();
+  // Latency-path calls that took the plain pointer before it was cleared end quickly now that the
+  // engine has stopped; it must outlive them.
+  while (g_fast_calls.load() > 0) std::this_thread::sleep_for(std::chrono::microseconds(100));
 }
 
-TensorRequest make_request(int type, const std::string& name, uintptr_t in_ptr, uintptr_t out_ptr,
-                           int dtype, const std::vector<int64_t>& shape, int root, int op,
-                           double prescale, double postscale, int process_set,
-                           const std::vector<int64_t>& splits) {
+TensorRequest make_request(int type, const std::string& name, uintptr_t in_ptr, uintptr_t out_ptr, int dtype,
+                           const std::vector<int64_t>& shape, int root, int op, double prescale, double postscale,
+                           int process_set, const std::vector<int64_t>& splits) {
   if (dtype < 0 || dtype >= kNumDataTypes) throw std::invalid_argument("unknown dtype code");
   for (int64_t d : shape)
     if (d < 0) throw std::invalid_argument("negative dimension in shape of '" + name + "'");
@@ -93,34 +100,33 @@ TensorRequest make_request(int type, const std::string& name, uintptr_t in_ptr, 
 }
 
 int64_t enqueue(int type, const std::string& name, uintptr_t in_ptr, uintptr_t out_ptr, int dtype,
-                const std::vector<int64_t>& shape, int root, int op, double prescale,
-                double postscale, int process_set, const std::vector<int64_t>& splits) {
-  return engine().enqueue(make_request(type, name, in_ptr, out_ptr, dtype, shape, root, op, prescale,
-                                       postscale, process_set, splits));
+                const std::vector<int64_t>& shape, int root, int op, double prescale, double postscale, int process_set,
+                const std::vector<int64_t>& splits) {
+  return engine()->enqueue(
+      make_request(type, name, in_ptr, out_ptr, dtype, shape, root, op, prescale, postscale, process_set, splits));
 }
 
 // Returns (error_kind, message, data, shape, splits, value); data is a numpy uint8 array that owns
 // the core's result buffer (moved, not copied), or None.
-py::tuple take(int64_t h) {
+py::tuple take(Engine& e, int64_t h) {
   HandleError kind;
   std::string message;
-  HandleResult r = engine().handles().take(h, &kind, &message);
+  HandleResult r = e.handles().take(h, &kind, &message);
   py::object data = py::none();
   if (r.has_data) {
     auto* owned = new std::vector<uint8_t>(std::move(r.data));
     py::capsule free_when_done(owned, [](void* p) { delete static_cast<std::vector<uint8_t>*>(p); });
-    data = py::array_t<uint8_t>({static_cast<py::ssize_t>(owned->size())}, {1}, owned->data(),
-                                free_when_done);
+    data = py::array_t<uint8_t>({static_cast<py::ssize_t>(owned->size())}, {1}, owned->data(), free_when_done);
   }
-  return py::make_tuple(static_cast<int>(kind), message, data, py::tuple(py::cast(r.shape)),
-                        py::cast(r.splits), r.value);
+  return py::make_tuple(static_cast<int>(kind), message, data, py::tuple(py::cast(r.shape)), py::cast(r.splits),
+                        r.value);
 }
 // A completed handle's outcome for Python. The common one (success, no data, no value) is a bare
 // True: no tuple, shape or splits objects per handle, which also spares the cyclic GC work in a
 // training step. Otherwise take()'s tuple.
 py::object outcome(Engine& e, int64_t h) {
   if (e.handles().take_if_plain(h)) return py::bool_(true);
-  return take(h);
+  return take(e, h);
 }
 
 // The latency paths of allreduce, written against the C API (METH_FASTCALL) rather than bound
@@ -158,8 +164,8 @@ bool arg_name(PyObject* o, const char* what, const char** name, Py_ssize_t* len)
 bool arg_shape(PyObject* o, std::vector<int64_t>* shape) {
   // torch.Size is a tuple subclass, which PySequence_Fast would copy into a new list on every
   // call: read any tuple in place.
-  PyObject* seq = PyTuple_Check(o) ? (Py_INCREF(o), o)
-                                   : PySequence_Fast(o, "allreduce: shape must be a tuple or list of ints");
+  PyObject* seq =
+      PyTuple_Check(o) ? (Py_INCREF(o), o) : PySequence_Fast(o, "allreduce: shape must be a tuple or list of ints");
   if (!seq) return false;
   Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
   PyObject** items = PySequence_Fast_ITEMS(seq);
@@ -191,23 +197,35 @@ bool parse_allreduce(PyObject* const* args, Py_ssize_t nargs, TensorRequest* req
   long long dtype, op, process_set;
   double prescale, postscale;
   std::vector<int64_t> shape;
-  if (!arg_long(args[3], "dtype", &dtype) || !arg_shape(args[4], &shape) ||
-      !arg_long(args[5], "op", &op) || !arg_double(args[6], "prescale", &prescale) ||
-      !arg_double(args[7], "postscale", &postscale) ||
+  if (!arg_long(args[3], "dtype", &dtype) || !arg_shape(args[4], &shape) || !arg_long(args[5], "op", &op) ||
+      !arg_double(args[6], "prescale", &prescale) || !arg_double(args[7], "postscale", &postscale) ||
       !arg_long(args[8], "process_set", &process_set))
     return false;
   static const std::vector<int64_t> no_splits;
-  *req = make_request(static_cast<int>(OpType::kAllreduce), std::string(name, name_len), in_ptr,
-                      out_ptr, static_cast<int>(dtype), shape, 0, static_cast<int>(op), prescale,
-                      postscale, static_cast<int>(process_set), no_splits);
+  *req = make_request(static_cast<int>(OpType::kAllreduce), std::string(name, name_len), in_ptr, out_ptr,
+                      static_cast<int>(dtype), shape, 0, static_cast<int>(op), prescale, postscale,
+                      static_cast<int>(process_set), no_splits);
   return true;
 }
 
-Engine* fast_engine() {
-  Engine* e = g_engine_fast.load(std::memory_order_acquire);
-  if (!e) PyErr_SetString(PyExc_ValueError, kNotInitialized);
-  return e;
-}
+// The engine for one latency-path call, or null with a ValueError set; shutdown() does not let the
+// engine go while this lives. (Counted before the load, both seq_cst: shutdown() clears the pointer
+// and then reads the count, so either it sees this call or this call sees no engine.)
+class FastEngine {
+ public:
+  FastEngine() {
+    g_fast_calls.fetch_add(1);
+    e_ = g_engine_fast.load();
+    if (!e_) PyErr_SetString(PyExc_ValueError, kNotInitialized);
+  }
+  ~FastEngine() { g_fast_calls.fetch_sub(1); }
+  FastEngine(const FastEngine&) = delete;
+  FastEngine& operator=(const FastEngine&) = delete;
+  Engine* get() const { return e_; }
+
+ private:
+  Engine* e_ = nullptr;
+};
 
 // Runs body() (a new reference, or nullptr with a Python error set), turning a C++ exception
 // into the matching Python one.
@@ -226,8 +244,10 @@ PyObject* with_python_errors(F&& body) {
 PyObject* run_allreduce(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   return with_python_errors([&]() -> PyObject* {
     TensorRequest req;
-    Engine* e;
-    if (!parse_allreduce(args, nargs, &req) || !(e = fast_engine())) return nullptr;
+    if (!parse_allreduce(args, nargs, &req)) return nullptr;
+    FastEngine fast;
+    Engine* e = fast.get();
+    if (!e) return nullptr;
     int64_t h = 0;
     bool done;
     {
@@ -242,9 +262,10 @@ PyObject* run_allreduce(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
 PyObject* enqueue_allreduce(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   return with_python_errors([&]() -> PyObject* {
     TensorRequest req;
-    Engine* e;
-    if (!parse_allreduce(args, nargs, &req) || !(e = fast_engine())) return nullptr;
-    return PyLong_FromLongLong(e->enqueue(std::move(req)));
+    if (!parse_allreduce(args, nargs, &req)) return nullptr;
+    FastEngine fast;
+    if (!fast.get()) return nullptr;
+    return PyLong_FromLongLong(fast.get()->enqueue(std::move(req)));
   });
 }
 
@@ -314,12 +335,12 @@ PyObject* enqueue_allreduce_group(PyObject*, PyObject* const* args, Py_ssize_t n
       total += count;
     }
     TensorRequest req = make_request(static_cast<int>(OpType::kAllreduce), std::string(name, name_len), 0, 0,
-                                     static_cast<int>(dtype), {total}, 0, static_cast<int>(op), prescale,
-                                     postscale, static_cast<int>(process_set), member_shapes);
+                                     static_cast<int>(dtype), {total}, 0, static_cast<int>(op), prescale, postscale,
+                                     static_cast<int>(process_set), member_shapes);
     req.members = std::move(members);
-    Engine* e = fast_engine();
-    if (!e) return nullptr;
-    return PyLong_FromLongLong(e->enqueue(std::move(req)));
+    FastEngine fast;
+    if (!fast.get()) return nullptr;
+    return PyLong_FromLongLong(fast.get()->enqueue(std::move(req)));
   });
 }
 
@@ -336,58 +357,65 @@ PyMethodDef g_enqueue_allreduce_group_def = fastcall_def<enqueue_allreduce_group
     "enqueue_allreduce_group",
     "enqueue_allreduce_group(name, in_ptrs, out_ptrs, dtype, shapes, op, prescale, postscale, "
     "process_set) -> handle: one packed request for the whole group.");
-PyMethodDef g_enqueue_allreduce_def = fastcall_def<enqueue_allreduce>(
-    "enqueue_allreduce",
-    "enqueue_allreduce(name, in_ptr, out_ptr, dtype, shape, op, prescale, postscale, "
-    "process_set) -> handle.");
+PyMethodDef g_enqueue_allreduce_def =
+    fastcall_def<enqueue_allreduce>("enqueue_allreduce",
+                                    "enqueue_allreduce(name, in_ptr, out_ptr, dtype, shape, op, prescale, postscale, "
+                                    "process_set) -> handle.");
 }  // namespace
 
 PYBIND11_MODULE(_core, m) {
   m.doc() = "horovod_spark native collective core";
   m.def("create", &create, "Create the engine and listen for peers; returns the port.");
-  m.def("start", &start, "Connect to every peer and start the engine thread.", py::arg("peers"),
-        py::arg("token"), py::arg("mpi_comm") = 0);
-  m.def("uses_mpi", [] { return engine().uses_mpi(); });
+  m.def("start", &start, "Connect to every peer and start the engine thread.", py::arg("peers"), py::arg("token"),
+        py::arg("mpi_comm") = 0);
+  m.def("uses_mpi", [] { return engine()->uses_mpi(); });
   m.def("shutdown", &shutdown);
-  m.def("is_created", [] { std::lock_guard<std::mutex> l(g_mu); return g_engine != nullptr; });
-  m.def("rank", [] { return engine().rank(); });
-  m.def("size", [] { return engine().size(); });
-  m.def("local_rank", [] { return engine().local_rank(); });
-  m.def("local_size", [] { return engine().local_size(); });
-  m.def("enqueue", &enqueue);
-  m.def("check_names_free", [](int32_t process_set, const std::vector<std::string>& names) {
-    engine().check_names_free(process_set, names);
-  }, "ValueError when one of the names is already in flight in the process set (or repeats).");
-  m.def("poll", [](int64_t h) { return engine().handles().poll(h); });
-  m.def("wait", [](int64_t h, double timeout) {
-    Engine& e = engine();
-    py::gil_scoped_release nogil;
-    return e.wait(h, timeout);
+  m.def("is_created", [] {
+    std::lock_guard<std::mutex> l(g_mu);
+    return g_engine != nullptr;
   });
-  m.def("take", &take);
+  m.def("rank", [] { return engine()->rank(); });
+  m.def("size", [] { return engine()->size(); });
+  m.def("local_rank", [] { return engine()->local_rank(); });
+  m.def("local_size", [] { return engine()->local_size(); });
+  m.def("enqueue", &enqueue);
+  m.def(
+      "check_names_free",
+      [](int32_t process_set, const std::vector<std::string>& names) {
+        engine()->check_names_free(process_set, names);
+      },
+      "ValueError when one of the names is already in flight in the process set (or repeats).");
+  m.def("poll", [](int64_t h) { return engine()->handles().poll(h); });
+  m.def("wait", [](int64_t h, double timeout) {
+    std::shared_ptr<Engine> e = engine();
+    py::gil_scoped_release nogil;
+    return e->wait(h, timeout);
+  });
+  m.def("take", [](int64_t h) { return take(*engine(), h); });
   for (PyMethodDef* def : {&g_run_allreduce_def, &g_enqueue_allreduce_def, &g_enqueue_allreduce_group_def})
-    m.add_object(def->ml_name, py::reinterpret_steal<py::object>(
-                                   PyCFunction_NewEx(def, nullptr, m.attr("__name__").ptr())));
+    m.add_object(def->ml_name,
+                 py::reinterpret_steal<py::object>(PyCFunction_NewEx(def, nullptr, m.attr("__name__").ptr())));
   m.def("wait_take", [](int64_t h, double timeout) -> py::object {
-    Engine& e = engine();
+    std::shared_ptr<Engine> e = engine();
     bool done;
     {
       py::gil_scoped_release nogil;
-      done = e.wait(h, timeout);
+      done = e->wait(h, timeout);
     }
     if (!done) return py::none();
-    return outcome(e, h);
+    return outcome(*e, h);
   });
   m.def("process_set_ranks", [](int32_t id) -> py::object {
     std::vector<int32_t> ranks;
-    if (!engine().process_set_ranks(id, &ranks)) return py::none();
+    if (!engine()->process_set_ranks(id, &ranks)) return py::none();
     return py::cast(ranks);
   });
-  m.def("process_set_ids", [] { return engine().process_set_ids(); });
-  m.def("start_timeline", [](const std::string& path, bool mark) { engine().timeline().start(path, mark); });
-  m.def("stop_timeline", [] { engine().timeline().stop(); });
+  m.def("process_set_ids", [] { return engine()->process_set_ids(); });
+  m.def("start_timeline", [](const std::string& path, bool mark) { engine()->timeline().start(path, mark); });
+  m.def("stop_timeline", [] { engine()->timeline().stop(); });
   m.def("stats", [] {
-    auto& s = engine().stats();
+    std::shared_ptr<Engine> e = engine();
+    auto& s = e->stats();
     py::dict d;
     d["requests_full"] = s.requests_full.load();
     d["requests_cached"] = s.requests_cached.load();

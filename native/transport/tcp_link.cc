@@ -23,8 +23,8 @@ size_t TcpLink::try_send(const uint8_t* p, size_t n) {
   ssize_t k = send(fd_, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
   if (k >= 0) return static_cast<size_t>(k);
   if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return 0;
-  throw TransportError("lost connection to rank " + std::to_string(peer_rank_) + " while sending: " +
-                       std::strerror(errno));
+  throw TransportError("lost connection to rank " + std::to_string(peer_rank_) +
+                       " while sending: " + std::strerror(errno));
 }
 
 std::pair<const uint8_t*, size_t> TcpLink::peek() {
@@ -40,11 +40,9 @@ std::pair<const uint8_t*, size_t> TcpLink::peek() {
     if (k > 0) {
       wpos_ += static_cast<size_t>(k);
     } else if (k == 0) {
-      if (rpos_ == wpos_)
-        throw TransportError("rank " + std::to_string(peer_rank_) + " closed its connection");
+      if (rpos_ == wpos_) throw TransportError("rank " + std::to_string(peer_rank_) + " closed its connection");
     } else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-      throw TransportError("lost connection to rank " + std::to_string(peer_rank_) + ": " +
-                           std::strerror(errno));
+      throw TransportError("lost connection to rank " + std::to_string(peer_rank_) + ": " + std::strerror(errno));
     }
   }
   return {stage_.data() + rpos_, wpos_ - rpos_};

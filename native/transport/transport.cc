@@ -41,8 +41,8 @@ size_t send_or_wait_for_space(PeerLink* link, const uint8_t* p, size_t n) {
 }
 
 int64_t now_us() {
-  return std::chrono::duration_cast<std::chrono::microseconds>(
-             std::chrono::steady_clock::now().time_since_epoch()).count();
+  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
 }
 
 struct Hello {
@@ -76,8 +76,7 @@ void Transport::connect(const std::vector<PeerAddress>& peers, const TransportOp
   // Local ranks are those sharing my host_id, indexed in global-rank order.
   int idx = 0;
   for (int r = 0; r < size_; ++r)
-    if (r == rank_ || (!opt.disable_shm && peers[r].host_id == peers[rank_].host_id))
-      local_index_[r] = idx++;
+    if (r == rank_ || (!opt.disable_shm && peers[r].host_id == peers[rank_].host_id)) local_index_[r] = idx++;
   local_size_ = idx;
   int same_host = 0;
   for (int r = 0; r < size_; ++r) same_host += peers[r].host_id == peers[rank_].host_id;
@@ -112,13 +111,16 @@ void Transport::connect(const std::vector<PeerAddress>& peers, const TransportOp
       continue;
     }
     int peer = static_cast<int>(h.rank);
-    if (h.magic != kMagic || std::memcmp(h.token, token, 32) != 0 || peer <= rank_ ||
-        peer >= size_ || h.channel > kData) {
+    if (h.magic != kMagic || std::memcmp(h.token, token, 32) != 0 || peer <= rank_ || peer >= size_ ||
+        h.channel > kData) {
       ::close(fd);  // not one of ours: a stray or forged connection
       continue;
     }
     int& slot = (h.channel == kLiveness ? live_fd_ : h.channel == kControl ? ctrl_fd : data_fd)[peer];
-    if (slot >= 0) { ::close(fd); continue; }
+    if (slot >= 0) {
+      ::close(fd);
+      continue;
+    }
     slot = fd;
     --expected;
   }
@@ -135,21 +137,18 @@ void Transport::connect(const std::vector<PeerAddress>& peers, const TransportOp
   if (local_size_ > 1) setup_shared_memory(peers, opt);
 }
 
-void Transport::setup_shared_memory(const std::vector<PeerAddress>& peers,
-                                    const TransportOptions& opt) {
+void Transport::setup_shared_memory(const std::vector<PeerAddress>& peers, const TransportOptions& opt) {
   std::vector<int> locals;
   for (int r = 0; r < size_; ++r)
     if (is_local(r)) locals.push_back(r);
   int creator = locals.front();
   // Rings shrink as local ranks grow so the segment stays a few hundred MiB at most.
   size_t data_bytes = opt.shm_data_ring_bytes;
-  while (data_bytes > (64 << 10) &&
-         data_bytes * local_size_ * (local_size_ - 1) > (size_t(512) << 20))
-    data_bytes /= 2;
+  while (data_bytes > (64 << 10) && data_bytes * local_size_ * (local_size_ - 1) > (size_t(512) << 20)) data_bytes /= 2;
   shm_data_ring_bytes_ = data_bytes;
   size_t ctrl_bytes = opt.shm_ctrl_ring_bytes;
-  std::string name = "/hs-" + opt.job_token.substr(0, 16) + "-" + std::to_string(creator) + "-" +
-                     std::to_string(peers[creator].port);
+  std::string name =
+      "/hs-" + opt.job_token.substr(0, 16) + "-" + std::to_string(creator) + "-" + std::to_string(peers[creator].port);
   if (rank_ == creator) {
     shm_ = ShmSegment::create(name, local_size_, data_bytes, ctrl_bytes);
     char go = 'S';
@@ -158,8 +157,7 @@ void Transport::setup_shared_memory(const std::vector<PeerAddress>& peers,
     for (int r : locals) {
       if (r == rank_) continue;
       char ack = 0;
-      recv_all(live_fd_[r], &ack, 1, opt.connect_timeout_ms, "waiting for " + describe(r) +
-               " to attach shared memory");
+      recv_all(live_fd_[r], &ack, 1, opt.connect_timeout_ms, "waiting for " + describe(r) + " to attach shared memory");
     }
     shm_->unlink();
   } else {
@@ -276,8 +274,7 @@ int usable_cpus() {
   return n > 0 ? static_cast<int>(n) : 1;
 }
 
-void Transport::wait_in_exchange(uint32_t token, const std::vector<int>& peers,
-                                 int64_t& idle_since_us, int& spins) {
+void Transport::wait_in_exchange(uint32_t token, const std::vector<int>& peers, int64_t& idle_since_us, int& spins) {
   // Peers usually answer within microseconds, and a futex sleep costs tens of them on a VM:
   // spin first (only when every rank has a CPU of its own), then yield, then sleep.
   if (holding_notifies_) release_notifies();  // a peer we wait for may be waiting for these
@@ -305,23 +302,30 @@ void Transport::wait_in_exchange(uint32_t token, const std::vector<int>& peers,
   for (int p : peers) {
     // A peer that left has flushed everything it sent; a short grace lets in-flight bytes land.
     if (gone_[p] && now - idle_since_us > 500000)
-      throw TransportError(describe(p) + (gone_[p] == 2 ? " exited unexpectedly"
-                                                         : " has shut down") +
+      throw TransportError(describe(p) + (gone_[p] == 2 ? " exited unexpectedly" : " has shut down") +
                            " during a collective");
   }
   if (now - idle_since_us > static_cast<int64_t>(opt_.data_timeout_ms) * 1000) {
     std::string who;
     for (int p : peers) who += (who.empty() ? "" : ", ") + describe(p);
-    throw TransportError("no progress for " + std::to_string(opt_.data_timeout_ms / 1000) +
-                         " s exchanging data with " + who +
-                         " (HOROVOD_DATA_TIMEOUT_SECONDS raises the limit)");
+    throw TransportError("no progress for " + std::to_string(opt_.data_timeout_ms / 1000) + " s exchanging data with " +
+                         who + " (HOROVOD_DATA_TIMEOUT_SECONDS raises the limit)");
   }
   wait_for_activity(token, 1000);
 }
 
 void Transport::exchange(const std::vector<SendSpec>& sends, const std::vector<RecvSpec>& recvs) {
-  struct SendState { PeerLink* link; const uint8_t* p; size_t bytes, total, off; int peer; };
-  struct RecvState { PeerLink* link; const RecvSpec* spec; size_t total, off, esize; };
+  struct SendState {
+    PeerLink* link;
+    const uint8_t* p;
+    size_t bytes, total, off;
+    int peer;
+  };
+  struct RecvState {
+    PeerLink* link;
+    const RecvSpec* spec;
+    size_t total, off, esize;
+  };
   // Reused across calls (exchanges never nest): a small collective is a few exchanges, and
   // three allocations each would cost more than the copy of its data.
   static thread_local std::vector<SendState> ss;
@@ -339,8 +343,7 @@ void Transport::exchange(const std::vector<SendSpec>& sends, const std::vector<R
   for (const auto& s : sends) {
     PeerLink* l = link_for(s.peer);
     if (s.bytes == 0) continue;
-    ss.push_back({l, static_cast<const uint8_t*>(s.data), s.bytes, padded(s.bytes, l->alignment()), 0,
-                  s.peer});
+    ss.push_back({l, static_cast<const uint8_t*>(s.data), s.bytes, padded(s.bytes, l->alignment()), 0, s.peer});
     peers.push_back(s.peer);
   }
   for (const auto& r : recvs) {
@@ -403,10 +406,8 @@ void Transport::exchange(const std::vector<SendSpec>& sends, const std::vector<R
           if (spec.mode == RecvMode::kCopy) {
             std::memcpy(dst, span.first, k);
           } else {
-            if (spec.incoming_first)
-              reduce_buffers(dst, span.first, local, k / r.esize, spec.dtype, spec.op);
-            else
-              reduce_buffers(dst, local, span.first, k / r.esize, spec.dtype, spec.op);
+            if (spec.incoming_first) reduce_buffers(dst, span.first, local, k / r.esize, spec.dtype, spec.op);
+            else reduce_buffers(dst, local, span.first, k / r.esize, spec.dtype, spec.op);
             scale_buffer(dst, k / r.esize, spec.dtype, spec.postscale);
           }
         } else {
@@ -466,15 +467,17 @@ bool Transport::progress_control() {
       const std::string& m = q.out.front();
       size_t n;
       try {
-        n = send_or_wait_for_space(l, reinterpret_cast<const uint8_t*>(m.data()) + q.out_off,
-                                   m.size() - q.out_off);
+        n = send_or_wait_for_space(l, reinterpret_cast<const uint8_t*>(m.data()) + q.out_off, m.size() - q.out_off);
       } catch (const TransportError&) {
         break;  // the liveness socket reports the peer's fate
       }
       if (n == 0) break;
       q.out_off += n;
       sent = true;
-      if (q.out_off == m.size()) { q.out.pop_front(); q.out_off = 0; }
+      if (q.out_off == m.size()) {
+        q.out.pop_front();
+        q.out_off = 0;
+      }
     }
     bool received = false;
     for (;;) {

@@ -96,8 +96,7 @@ class Transport {
   void notify_written(int peer, PeerLink* link);  // notify_peer now, or owed while holding
   bool has_news() const;  // a link's news_mark moved since this thread's activity_token()
   static bool has_news_thunk(void* self) { return static_cast<Transport*>(self)->has_news(); }
-  void wait_in_exchange(uint32_t token, const std::vector<int>& peers, int64_t& idle_since_us,
-                        int& spins);
+  void wait_in_exchange(uint32_t token, const std::vector<int>& peers, int64_t& idle_since_us, int& spins);
 
   int rank_, size_;
   int listen_fd_ = -1, listen_port_ = 0;

@@ -58,8 +58,16 @@ size_t width(DataType dt) { return hs::dtype_size(dt); }
 
 double load(const std::vector<char>& b, DataType dt, size_t i) {
   const char* p = b.data() + i * width(dt);
-  if (dt == DataType::kFloat64) { double v; std::memcpy(&v, p, 8); return v; }
-  if (dt == DataType::kFloat32) { float v; std::memcpy(&v, p, 4); return v; }
+  if (dt == DataType::kFloat64) {
+    double v;
+    std::memcpy(&v, p, 8);
+    return v;
+  }
+  if (dt == DataType::kFloat32) {
+    float v;
+    std::memcpy(&v, p, 4);
+    return v;
+  }
   uint16_t h;
   std::memcpy(&h, p, 2);
   return dt == DataType::kFloat16 ? hs::half_to_float(h) : hs::bfloat16_to_float(h);
@@ -67,16 +75,21 @@ double load(const std::vector<char>& b, DataType dt, size_t i) {
 
 void store(std::vector<char>& b, DataType dt, size_t i, double v) {
   char* p = b.data() + i * width(dt);
-  if (dt == DataType::kFloat64) { std::memcpy(p, &v, 8); return; }
+  if (dt == DataType::kFloat64) {
+    std::memcpy(p, &v, 8);
+    return;
+  }
   float f = static_cast<float>(v);
-  if (dt == DataType::kFloat32) { std::memcpy(p, &f, 4); return; }
+  if (dt == DataType::kFloat32) {
+    std::memcpy(p, &f, 4);
+    return;
+  }
   uint16_t h = dt == DataType::kFloat16 ? hs::float_to_half(f) : hs::float_to_bfloat16(f);
   std::memcpy(p, &h, 2);
 }
 
 // The definition, tensor by tensor: a and b combined into a, rounded to the dtype.
-void adasum_pair(std::vector<char>& a, const std::vector<char>& b, const std::vector<size_t>& counts,
-                 DataType dt) {
+void adasum_pair(std::vector<char>& a, const std::vector<char>& b, const std::vector<size_t>& counts, DataType dt) {
   size_t at = 0;
   for (size_t c : counts) {
     double dot = 0, aa = 0, bb = 0;
@@ -125,11 +138,9 @@ void test_against_definition(int n, DataType dt, const std::vector<size_t>& coun
   std::vector<std::vector<char>> bufs = inputs;
   std::string what = "n=" + std::to_string(n) + " " + hs::dtype_name(dt) + " total=" + std::to_string(total) +
                      " tensors=" + std::to_string(counts.size());
-  auto errors = run_ranks(n, [&](hs::Group& g, int r) {
-    hs::adasum_allreduce(g, bufs[size_t(r)].data(), counts, dt);
-  });
-  for (int r = 0; r < n; ++r) expect(errors[size_t(r)].empty(), what + ": rank " + std::to_string(r) + " threw " +
-                                                                    errors[size_t(r)]);
+  auto errors = run_ranks(n, [&](hs::Group& g, int r) { hs::adasum_allreduce(g, bufs[size_t(r)].data(), counts, dt); });
+  for (int r = 0; r < n; ++r)
+    expect(errors[size_t(r)].empty(), what + ": rank " + std::to_string(r) + " threw " + errors[size_t(r)]);
   for (int r = 1; r < n; ++r) expect(bufs[size_t(r)] == bufs[0], what + ": rank " + std::to_string(r) + " differs");
   std::vector<char> want = reference(inputs, counts, dt);
   size_t bad = 0;
@@ -158,9 +169,8 @@ void test_defining_cases(int n) {
     expect(same[size_t(r)] == std::vector<double>({3.0, -1.0, 0.5}), what + ": equal vectors must stay");
   // integers are refused on every rank
   std::vector<std::vector<int32_t>> ints(size_t(n), std::vector<int32_t>(4, 1));
-  auto errors = run_ranks(n, [&](hs::Group& g, int r) {
-    hs::adasum_allreduce(g, ints[size_t(r)].data(), {4}, DataType::kInt32);
-  });
+  auto errors = run_ranks(
+      n, [&](hs::Group& g, int r) { hs::adasum_allreduce(g, ints[size_t(r)].data(), {4}, DataType::kInt32); });
   for (int r = 0; r < n; ++r)
     expect(errors[size_t(r)].find("floating-point") != std::string::npos, what + ": int32 must be refused");
 }

@@ -104,6 +104,55 @@ def test_rank_dying_abruptly_makes_others_raise_quickly(shm):
     assert lines[1]["later"] and "rank 1" in lines[1]["later"]
 
 
+def _shutdown_while_threads_wait():
+    import threading
+    import time
+
+    import numpy as np
+
+    from horovod_spark.common import basics, ops
+
+    basics.init()
+    if basics.rank() == 1:
+        time.sleep(3)  # never sends what rank 0's threads wait for; stays until they are done
+        basics.shutdown()
+        return None
+    ended = {}
+
+    def blocking():  # the latency path: a blocking allreduce
+        x = np.ones(4, np.float32)
+        try:
+            ops.allreduce("never.blocking", x.ctypes.data, x.ctypes.data, "float32", x.shape, ops.Sum)
+        except Exception as exc:  # (which one is what the test reports)
+            ended["blocking"] = "%s: %s" % (type(exc).__name__, exc)
+
+    def waiting():  # an asynchronous handle, waited on
+        y = np.ones(4, np.float32)
+        h = ops.allreduce_async("never.async", y.ctypes.data, y.ctypes.data, "float32", y.shape, ops.Sum)
+        try:
+            ops.wait(h)
+        except Exception as exc:
+            ended["waiting"] = "%s: %s" % (type(exc).__name__, exc)
+
+    threads = [threading.Thread(target=f) for f in (blocking, waiting)]
+    for t in threads:
+        t.start()
+    time.sleep(0.3)
+    basics.shutdown()  # as atexit does while daemon threads wait in collectives
+    for t in threads:
+        t.join(10)
+    return {"alive": [t.is_alive() for t in threads], "ended": ended}
+
+
+def test_shutdown_while_other_threads_wait_in_collectives():
+    # The engine stays alive until the waiting calls have returned (an ASan build of the core
+    # reported a use after free here when it did not), and both threads get the shut-down error.
+    out = run_local(_shutdown_while_threads_wait, num_proc=2, timeout=60)[0]
+    assert out["alive"] == [False, False], out
+    for how in ("blocking", "waiting"):
+        assert "HorovodInternalError" in out["ended"].get(how, "") and "shut down" in out["ended"][how], out
+
+
 STALL_CODE = textwrap.dedent("""
     import time
     import numpy as np

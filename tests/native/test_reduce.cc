@@ -3,6 +3,7 @@
 // every dtype x op x aliasing pattern x awkward lengths (vector tails), and scale_buffer. The
 // pytest builds this twice, once normally and once with -DHS_REDUCE_FORCE_GENERIC, so both the
 // AVX2/F16C and the baseline SSE2 variants are held to the same bits.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -79,18 +80,14 @@ uint16_t ref_float_to_bf16(float f) {
   return uint16_t(sign | round_to_format(std::fabs(double(f)), 7, 127, 255));
 }
 
-bool same_float(float a, float b) {
-  return (std::isnan(a) && std::isnan(b)) || hs::float_bits(a) == hs::float_bits(b);
-}
+bool same_float(float a, float b) { return (std::isnan(a) && std::isnan(b)) || hs::float_bits(a) == hs::float_bits(b); }
 
 void test_conversions() {
   int bad = 0;
   for (uint32_t h = 0; h < 65536; ++h) {
     const float got = hs::half_to_float(uint16_t(h));
     const double want = half_value(uint16_t(h));
-    if (!(std::isnan(want) ? std::isnan(got)
-                           : double(got) == want && std::signbit(got) == std::signbit(want)))
-      ++bad;
+    if (!(std::isnan(want) ? std::isnan(got) : double(got) == want && std::signbit(got) == std::signbit(want))) ++bad;
     if (std::isnan(got) && hs::float_to_half(got) != (h | 0x200)) ++bad;  // NaN payload round trip
     if (!std::isnan(got) && hs::float_to_half(got) != h) ++bad;           // exact round trip
   }
@@ -121,8 +118,7 @@ void test_conversions() {
   }
   expect(bad == 0, "float_to_half: " + std::to_string(bad) + " mismatches");
   expect(bad_bf == 0, "float_to_bfloat16: " + std::to_string(bad_bf) + " mismatches");
-  expect(hs::float_to_half(1.0f) == 0x3c00 && hs::float_to_bfloat16(1.0f) == 0x3f80,
-         "1.0 encodings");
+  expect(hs::float_to_half(1.0f) == 0x3c00 && hs::float_to_bfloat16(1.0f) == 0x3f80, "1.0 encodings");
 
   // The array forms (vectorised) must agree with the scalar forms, tails included.
   std::vector<uint16_t> h(1037), h2(1037);
@@ -144,10 +140,9 @@ void test_conversions() {
 
 // ---- reduce_buffers --------------------------------------------------------------------------
 
-const DataType kTypes[] = {DataType::kUInt8,   DataType::kInt8,    DataType::kInt16,
-                           DataType::kInt32,   DataType::kInt64,   DataType::kFloat16,
-                           DataType::kBFloat16, DataType::kFloat32, DataType::kFloat64,
-                           DataType::kBool};
+const DataType kTypes[] = {DataType::kUInt8,   DataType::kInt8,    DataType::kInt16,    DataType::kInt32,
+                           DataType::kInt64,   DataType::kFloat16, DataType::kBFloat16, DataType::kFloat32,
+                           DataType::kFloat64, DataType::kBool};
 const ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProduct};
 
 template <class T>
@@ -186,11 +181,11 @@ void ref_element(DataType dt, ReduceOp op, const char* a, const char* b, char* o
     case DataType::kFloat32: return st(ref_float_op(op, ld(a, float()), ld(b, float())));
     case DataType::kFloat64: return st(ref_float_op(op, ld(a, double()), ld(b, double())));
     case DataType::kFloat16:
-      return st(hs::float_to_half(ref_float_op(op, hs::half_to_float(ld(a, uint16_t())),
-                                               hs::half_to_float(ld(b, uint16_t())))));
+      return st(hs::float_to_half(
+          ref_float_op(op, hs::half_to_float(ld(a, uint16_t())), hs::half_to_float(ld(b, uint16_t())))));
     case DataType::kBFloat16:
-      return st(hs::float_to_bfloat16(ref_float_op(op, hs::bfloat16_to_float(ld(a, uint16_t())),
-                                                   hs::bfloat16_to_float(ld(b, uint16_t())))));
+      return st(hs::float_to_bfloat16(
+          ref_float_op(op, hs::bfloat16_to_float(ld(a, uint16_t())), hs::bfloat16_to_float(ld(b, uint16_t())))));
     case DataType::kBool: {
       const bool x = ld(a, uint8_t()) != 0, y = ld(b, uint8_t()) != 0;
       const bool any = op == ReduceOp::kSum || op == ReduceOp::kMax;
@@ -220,10 +215,8 @@ std::vector<char> random_elems(DataType dt, size_t n, uint64_t seed) {
     const uint64_t r = mix(seed * 7919 + i);
     char* p = v.data() + i * es;
     const double u = double(r >> 11) * 0x1p-53;
-    const double specials[] = {NAN,   INFINITY, -INFINITY, 0.0,   -0.0,
-                               1e-40, 3e-8,     70000.0,   1e300, -1.0};
-    const double x =
-        (r & 3) == 0 ? specials[(r >> 2) % 10] : (u * 2 - 1) * double(1 << ((r >> 5) % 8));
+    const double specials[] = {NAN, INFINITY, -INFINITY, 0.0, -0.0, 1e-40, 3e-8, 70000.0, 1e300, -1.0};
+    const double x = (r & 3) == 0 ? specials[(r >> 2) % 10] : (u * 2 - 1) * double(1 << ((r >> 5) % 8));
     switch (dt) {
       case DataType::kFloat16: {
         const uint16_t h = hs::float_to_half(float(x));
@@ -253,8 +246,7 @@ std::vector<char> random_elems(DataType dt, size_t n, uint64_t seed) {
 }
 
 void test_reduce() {
-  const size_t lengths[] = {0,  1,  2,  3,  7,    8,    15,   16,   17,
-                            31, 33, 63, 65, 1023, 1024, 1025, 2049, 4099};
+  const size_t lengths[] = {0, 1, 2, 3, 7, 8, 15, 16, 17, 31, 33, 63, 65, 1023, 1024, 1025, 2049, 4099};
   enum Alias { kDistinct, kIntoA, kIntoB, kSameInputs, kAllSame };
   const char* alias_name[] = {"distinct", "dst==a", "dst==b", "a==b", "dst==a==b"};
   for (DataType dt : kTypes) {
@@ -270,8 +262,8 @@ void test_reduce() {
             ref_element(dt, op, a.data() + i * es, b.data() + i * es, want.data() + i * es);
           // Offset by one element inside a larger buffer: misaligned pointers, like the ring's.
           std::vector<char> da(a.size() + es), db(b.size() + es), dd(n * es + es, char(0x77));
-          std::memcpy(da.data() + es, a.data(), a.size());
-          std::memcpy(db.data() + es, b.data(), b.size());
+          std::copy(a.begin(), a.end(), da.begin() + long(es));  // (memcpy may not take an empty vector's null)
+          std::copy(b.begin(), b.end(), db.begin() + long(es));
           char* pa = da.data() + es;
           char* pb = db.data() + es;
           char* pd = dd.data() + es;
@@ -284,13 +276,12 @@ void test_reduce() {
           for (size_t i = 0; i < n; ++i) {
             const char* g = pd + i * es;
             const char* w = want.data() + i * es;
-            const bool ok =
-                std::memcmp(g, w, es) == 0 || (is_nan_elem(dt, g) && is_nan_elem(dt, w));
+            const bool ok = std::memcmp(g, w, es) == 0 || (is_nan_elem(dt, g) && is_nan_elem(dt, w));
             bad += !ok;
           }
-          expect(bad == 0, std::string("reduce_buffers ") + hs::dtype_name(dt) + " " +
-                               hs::reduce_op_name(op) + " n=" + std::to_string(n) + " " +
-                               alias_name[alias] + ": " + std::to_string(bad) + " wrong elements");
+          expect(bad == 0, std::string("reduce_buffers ") + hs::dtype_name(dt) + " " + hs::reduce_op_name(op) +
+                               " n=" + std::to_string(n) + " " + alias_name[alias] + ": " + std::to_string(bad) +
+                               " wrong elements");
           if (alias == kDistinct) expect(dd[0] == char(0x77), "reduce_buffers wrote before dst");
         }
       }
@@ -347,12 +338,8 @@ void test_scale() {
               case DataType::kInt16: st(ref_scale_int(ld(int16_t()), ff)); break;
               case DataType::kInt32: st(ref_scale_int(ld(int32_t()), f)); break;
               case DataType::kInt64: st(ref_scale_int(ld(int64_t()), f)); break;
-              case DataType::kFloat16:
-                st(hs::float_to_half(hs::half_to_float(ld(uint16_t())) * ff));
-                break;
-              case DataType::kBFloat16:
-                st(hs::float_to_bfloat16(hs::bfloat16_to_float(ld(uint16_t())) * ff));
-                break;
+              case DataType::kFloat16: st(hs::float_to_half(hs::half_to_float(ld(uint16_t())) * ff)); break;
+              case DataType::kBFloat16: st(hs::float_to_bfloat16(hs::bfloat16_to_float(ld(uint16_t())) * ff)); break;
               case DataType::kFloat32: st(ld(float()) * ff); break;
               case DataType::kFloat64: st(ld(double()) * f); break;
               case DataType::kBool: st(uint8_t(ld(uint8_t()) != 0 && std::fabs(ff) >= 1.0f)); break;
@@ -360,9 +347,8 @@ void test_scale() {
           const char* g = buf.data() + i * es;
           bad += !(std::memcmp(g, want, es) == 0 || (is_nan_elem(dt, g) && is_nan_elem(dt, want)));
         }
-        expect(bad == 0, std::string("scale_buffer ") + hs::dtype_name(dt) +
-                             " factor=" + std::to_string(f) + " n=" + std::to_string(n) + ": " +
-                             std::to_string(bad) + " wrong elements");
+        expect(bad == 0, std::string("scale_buffer ") + hs::dtype_name(dt) + " factor=" + std::to_string(f) +
+                             " n=" + std::to_string(n) + ": " + std::to_string(bad) + " wrong elements");
       }
     }
   }

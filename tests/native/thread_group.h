@@ -15,13 +15,13 @@
 #pragma once
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <cstring>
-#include <stdexcept>
-#include <condition_variable>
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -48,9 +48,7 @@ class World {
     bool done = false;
     std::vector<char> eager_copy;
   };
-  std::deque<std::shared_ptr<Message>>& box(int from, int to) {
-    return boxes_[size_t(from * n_ + to)];
-  }
+  std::deque<std::shared_ptr<Message>>& box(int from, int to) { return boxes_[size_t(from * n_ + to)]; }
 
   int n_;
   std::mutex mu_;
@@ -66,8 +64,7 @@ class ThreadGroup : public hs::Group {
   int rank() const override { return rank_; }
   int size() const override { return world_.size(); }
   int global_rank(int index) const override { return index; }
-  void exchange(const std::vector<hs::SendSpec>& sends,
-                const std::vector<hs::RecvSpec>& recvs) override;
+  void exchange(const std::vector<hs::SendSpec>& sends, const std::vector<hs::RecvSpec>& recvs) override;
   size_t exchanges() const { return exchanges_; }
 
  private:
@@ -116,23 +113,20 @@ inline std::string World::failure() {
   return failure_;
 }
 
-inline void ThreadGroup::validate(const std::vector<hs::SendSpec>& sends,
-                                  const std::vector<hs::RecvSpec>& recvs) {
+inline void ThreadGroup::validate(const std::vector<hs::SendSpec>& sends, const std::vector<hs::RecvSpec>& recvs) {
   const int n = size();
   auto violation = [&](const std::string& what) {
     throw std::logic_error("rank " + std::to_string(rank_) + ": Group contract violation: " + what);
   };
   std::vector<int> send_to(size_t(n), 0), recv_from(size_t(n), 0);
   for (const auto& s : sends) {
-    if (s.peer < 0 || s.peer >= n || s.peer == rank_)
-      violation("send to peer " + std::to_string(s.peer));
+    if (s.peer < 0 || s.peer >= n || s.peer == rank_) violation("send to peer " + std::to_string(s.peer));
     if (++send_to[size_t(s.peer)] > 1) violation("two sends to peer " + std::to_string(s.peer));
     if (s.data == nullptr && s.bytes > 0) violation("null send buffer");
   }
   for (size_t i = 0; i < recvs.size(); ++i) {
     const auto& r = recvs[i];
-    if (r.peer < 0 || r.peer >= n || r.peer == rank_)
-      violation("recv from peer " + std::to_string(r.peer));
+    if (r.peer < 0 || r.peer >= n || r.peer == rank_) violation("recv from peer " + std::to_string(r.peer));
     if (++recv_from[size_t(r.peer)] > 1) violation("two recvs from peer " + std::to_string(r.peer));
     if (r.dest == nullptr && r.bytes > 0) violation("null recv buffer");
     if (r.mode == hs::RecvMode::kReduce) {
@@ -141,14 +135,12 @@ inline void ThreadGroup::validate(const std::vector<hs::SendSpec>& sends,
     }
     for (const auto& s : sends) {
       if (detail::overlap(r.dest, r.bytes, s.data, s.bytes)) {
-        violation("recv from " + std::to_string(r.peer) + " writes into the buffer sent to " +
-                  std::to_string(s.peer));
+        violation("recv from " + std::to_string(r.peer) + " writes into the buffer sent to " + std::to_string(s.peer));
       }
     }
     for (size_t j = 0; j < recvs.size(); ++j) {
       if (j == i) continue;
-      if (detail::overlap(r.dest, r.bytes, recvs[j].dest, recvs[j].bytes))
-        violation("overlapping recvs");
+      if (detail::overlap(r.dest, r.bytes, recvs[j].dest, recvs[j].bytes)) violation("overlapping recvs");
       if (recvs[j].mode == hs::RecvMode::kReduce && recvs[j].local != recvs[j].dest &&
           detail::overlap(r.dest, r.bytes, recvs[j].local, recvs[j].bytes)) {
         violation("recv overwrites another recv's kReduce local input");
@@ -170,8 +162,7 @@ inline void ThreadGroup::wait(std::unique_lock<std::mutex>& lk, const char* what
   if (world_.failed_) throw hs::TransportError("rank " + std::to_string(rank_) + ": world failed");
 }
 
-inline void ThreadGroup::exchange(const std::vector<hs::SendSpec>& sends,
-                                  const std::vector<hs::RecvSpec>& recvs) {
+inline void ThreadGroup::exchange(const std::vector<hs::SendSpec>& sends, const std::vector<hs::RecvSpec>& recvs) {
   ++exchanges_;
   validate(sends, recvs);
   std::vector<std::shared_ptr<World::Message>> rendezvous;
@@ -198,8 +189,7 @@ inline void ThreadGroup::exchange(const std::vector<hs::SendSpec>& sends,
     bool done;
   };
   std::vector<Pending> pending;
-  for (size_t i = 0; i < recvs.size(); ++i)
-    pending.push_back({&recvs[i], size_t(rank_) + i, false});
+  for (size_t i = 0; i < recvs.size(); ++i) pending.push_back({&recvs[i], size_t(rank_) + i, false});
   size_t open = pending.size();
   while (open > 0) {
     bool progressed = false;
@@ -209,9 +199,8 @@ inline void ThreadGroup::exchange(const std::vector<hs::SendSpec>& sends,
       if (box.empty()) continue;
       const std::shared_ptr<World::Message> m = box.front();
       if (m->bytes != p.spec->bytes) {
-        const std::string why = "rank " + std::to_string(rank_) + " expects " +
-                                std::to_string(p.spec->bytes) + " bytes from rank " +
-                                std::to_string(p.spec->peer) + " but the message has " +
+        const std::string why = "rank " + std::to_string(rank_) + " expects " + std::to_string(p.spec->bytes) +
+                                " bytes from rank " + std::to_string(p.spec->peer) + " but the message has " +
                                 std::to_string(m->bytes);
         world_.failed_ = true;
         if (world_.failure_.empty()) world_.failure_ = why;
@@ -231,8 +220,7 @@ inline void ThreadGroup::exchange(const std::vector<hs::SendSpec>& sends,
         const char* local = static_cast<const char*>(p.spec->local) + off;
         if (p.spec->incoming_first)
           hs::reduce_buffers(dest, m->data + off, local, len / unit, p.spec->dtype, p.spec->op);
-        else
-          hs::reduce_buffers(dest, local, m->data + off, len / unit, p.spec->dtype, p.spec->op);
+        else hs::reduce_buffers(dest, local, m->data + off, len / unit, p.spec->dtype, p.spec->op);
         hs::scale_buffer(dest, len / unit, p.spec->dtype, p.spec->postscale);
       } else if (len > 0) {
         std::memcpy(dest, m->data + off, len);

@@ -1,0 +1,258 @@
+// Every collective through the whole engine (negotiation, cache, fusion, execution) on each
+// topology, with exact expected values: inputs are small integers, so every sum, product, min and
+// max is exact in floating point whatever the reduction order.
+#include <algorithm>
+#include <numeric>
+
+#include "engine_ranks.h"
+#include "engine_scenarios.h"
+
+namespace hs_test {
+
+namespace {
+
+using hs::DataType;
+using hs::OpType;
+using hs::ReduceOp;
+
+// Rank r's element i: (r + 1) * (i % 7 + 1). Sum over n ranks: (i % 7 + 1) * n(n+1)/2.
+std::vector<float> ramp(int r, size_t count) {
+  std::vector<float> v(count);
+  for (size_t i = 0; i < count; ++i) v[i] = float((r + 1) * int(i % 7 + 1));
+  return v;
+}
+
+void allreduce_sum(Rank& k, size_t count, bool in_place) {
+  const int n = k.size();
+  const std::string name = "sum." + std::to_string(count) + (in_place ? ".inplace" : "");
+  std::vector<float> in = ramp(k.rank(), count), out(count, -1.f);
+  float* dst = in_place ? in.data() : out.data();
+  Outcome o = k.run(Rank::request(OpType::kAllreduce, name, in.data(), dst, DataType::kFloat32, {int64_t(count)}));
+  if (!k.succeeded(o, name)) return;
+  size_t bad = 0;
+  for (size_t i = 0; i < count; ++i) bad += dst[i] != float(int(i % 7 + 1) * n * (n + 1) / 2);
+  k.expect(bad == 0, name + ": " + std::to_string(bad) + " wrong elements");
+}
+
+void allreduce_ops(Rank& k) {
+  const int n = k.size(), r = k.rank();
+  // int32 Min / Max / Product over values r + 1 + i % 3.
+  const size_t count = 1000;
+  for (ReduceOp op : {ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProduct}) {
+    std::vector<int32_t> v(count);
+    for (size_t i = 0; i < count; ++i) v[i] = r + 1 + int(i % 3);
+    auto req = Rank::request(OpType::kAllreduce, std::string("op.") + hs::reduce_op_name(op), v.data(), v.data(),
+                             DataType::kInt32, {int64_t(count)});
+    req.meta.op = op;
+    if (!k.succeeded(k.run(req), req.meta.name)) continue;
+    size_t bad = 0;
+    for (size_t i = 0; i < count; ++i) {
+      int32_t want = op == ReduceOp::kMin ? 1 + int(i % 3) : op == ReduceOp::kMax ? n + int(i % 3) : 1;
+      if (op == ReduceOp::kProduct)
+        for (int q = 0; q < n; ++q) want *= q + 1 + int(i % 3);
+      bad += v[i] != want;
+    }
+    k.expect(bad == 0, req.meta.name + ": " + std::to_string(bad) + " wrong elements");
+  }
+  // float64 with a prescale and a postscale: (sum of 2 * (r + 1)) * 0.25.
+  std::vector<double> d(33, double(r + 1));
+  auto req = Rank::request(OpType::kAllreduce, "scaled", d.data(), d.data(), DataType::kFloat64, {33});
+  req.meta.prescale = 2.0;
+  req.meta.postscale = 0.25;
+  if (k.succeeded(k.run(req), "scaled"))
+    k.expect(std::all_of(d.begin(), d.end(), [&](double x) { return x == n * (n + 1) / 4.0; }), "scaled: wrong values");
+  // Average where 1/n is exact.
+  if (n == 2 || n == 4) {
+    std::vector<float> a(100000, float(r * 4));  // over the direct/ring switch
+    auto avg = Rank::request(OpType::kAllreduce, "average", a.data(), a.data(), DataType::kFloat32, {100000});
+    avg.meta.op = ReduceOp::kAverage;
+    if (k.succeeded(k.run(avg), "average"))
+      k.expect(std::all_of(a.begin(), a.end(), [&](float x) { return x == 2.f * (n - 1); }), "average: wrong values");
+  }
+}
+
+// Many small tensors submitted at once for several steps: they fuse, and from the second step on
+// they travel as response-cache ids.
+void fused_steps(Rank& k) {
+  const int n = k.size(), r = k.rank();
+  const int kTensors = 16, kSteps = 4;
+  const auto before = k.engine().stats().requests_cached.load();
+  std::vector<std::vector<float>> t(kTensors);
+  for (int step = 0; step < kSteps; ++step) {
+    std::vector<int64_t> handles;
+    for (int i = 0; i < kTensors; ++i) {
+      t[size_t(i)].assign(size_t(5 + i), float(r + i));
+      handles.push_back(k.submit(Rank::request(OpType::kAllreduce, "fuse." + std::to_string(i), t[size_t(i)].data(),
+                                               t[size_t(i)].data(), DataType::kFloat32, {5 + i})));
+    }
+    for (int i = 0; i < kTensors; ++i) {
+      const std::string what = "fuse." + std::to_string(i) + " step " + std::to_string(step);
+      if (!k.succeeded(k.wait(handles[size_t(i)]), what)) continue;
+      const float want = float(n * i + n * (n - 1) / 2);
+      k.expect(std::all_of(t[size_t(i)].begin(), t[size_t(i)].end(), [&](float x) { return x == want; }),
+               what + ": wrong values");
+    }
+  }
+  const auto cached = k.engine().stats().requests_cached.load() - before;
+  k.expect(cached >= kTensors * (kSteps - 1),
+           "only " + std::to_string(cached) + " requests went as cache ids in steady state");
+}
+
+// A packed group (one request for several tensors), small and large (the large one may run
+// straight between the tensors on shared memory), with an empty member and a prescale.
+void grouped(Rank& k) {
+  const int n = k.size(), r = k.rank();
+  for (size_t big : {size_t(7), size_t(40000)}) {
+    std::vector<std::vector<float>> m = {std::vector<float>(big, float(r + 1)), {}, std::vector<float>(3, 1.f)};
+    auto req = Rank::request(OpType::kAllreduce, "group." + std::to_string(big), nullptr, nullptr, DataType::kFloat32,
+                             {int64_t(big + 3)});
+    req.meta.prescale = 2.0;
+    for (auto& x : m) {
+      req.members.push_back({x.data(), x.data(), x.size() * sizeof(float)});
+      hs::append_member_shape(&req.meta.splits, {int64_t(x.size())});
+    }
+    if (!k.succeeded(k.run(req), req.meta.name)) continue;
+    k.expect(std::all_of(m[0].begin(), m[0].end(), [&](float x) { return x == float(n * (n + 1)); }) &&
+                 std::all_of(m[2].begin(), m[2].end(), [&](float x) { return x == float(2 * n); }),
+             req.meta.name + ": wrong values");
+  }
+}
+
+void allgather(Rank& k) {
+  const int n = k.size(), r = k.rank();
+  // Rank q contributes q + 1 rows of 3 int64: (q, row, column) packed into each value.
+  std::vector<int64_t> in(size_t(3 * (r + 1)));
+  for (size_t i = 0; i < in.size(); ++i) in[i] = r * 1000 + int64_t(i);
+  Outcome o = k.run(Rank::request(OpType::kAllgather, "gather", in.data(), nullptr, DataType::kInt64, {r + 1, 3}));
+  if (!k.succeeded(o, "allgather")) return;
+  std::vector<int64_t> want;
+  for (int q = 0; q < n; ++q)
+    for (int i = 0; i < 3 * (q + 1); ++i) want.push_back(q * 1000 + i);
+  const int64_t rows = int64_t(n) * (n + 1) / 2;
+  k.expect(as<int64_t>(o.result.data) == want, "allgather: wrong data");
+  k.expect(o.result.shape == std::vector<int64_t>{rows, 3}, "allgather: wrong shape");
+}
+
+void broadcast(Rank& k) {
+  const int root = 1 % k.size();
+  for (size_t count : {size_t(10), size_t(50000)}) {  // direct, and a chain for 3+ ranks
+    std::vector<int32_t> in(count), out(count, -1);
+    for (size_t i = 0; i < count; ++i) in[i] = k.rank() * 7 + int32_t(i);
+    auto req = Rank::request(OpType::kBroadcast, "bcast." + std::to_string(count), in.data(), out.data(),
+                             DataType::kInt32, {int64_t(count)});
+    req.meta.root = root;
+    if (!k.succeeded(k.run(req), req.meta.name)) continue;
+    size_t bad = 0;
+    for (size_t i = 0; i < count; ++i) bad += out[i] != root * 7 + int32_t(i);
+    k.expect(bad == 0, req.meta.name + ": " + std::to_string(bad) + " wrong elements");
+  }
+}
+
+void alltoall(Rank& k) {
+  const int n = k.size(), r = k.rank();
+  // With splits: rank r sends (2r + p) % 3 rows of 2 floats to p, each naming (sender, receiver, row).
+  std::vector<int64_t> splits;
+  std::vector<float> in;
+  for (int p = 0; p < n; ++p) {
+    splits.push_back((2 * r + p) % 3);
+    for (int row = 0; row < (2 * r + p) % 3; ++row) in.insert(in.end(), 2, float(r * 100 + p * 10 + row));
+  }
+  const int64_t rows = int64_t(in.size() / 2);
+  auto req = Rank::request(OpType::kAlltoall, "a2a.splits", in.data(), nullptr, DataType::kFloat32, {rows, 2});
+  req.meta.splits = splits;
+  Outcome o = k.run(req);
+  if (k.succeeded(o, "alltoall with splits")) {
+    std::vector<float> want;
+    std::vector<int64_t> got_splits;
+    for (int q = 0; q < n; ++q) {
+      got_splits.push_back((2 * q + r) % 3);
+      for (int row = 0; row < (2 * q + r) % 3; ++row) want.insert(want.end(), 2, float(q * 100 + r * 10 + row));
+    }
+    k.expect(as<float>(o.result.data) == want, "alltoall with splits: wrong data");
+    k.expect(o.result.splits == got_splits, "alltoall with splits: wrong received splits");
+  }
+  // Without splits: the first dimension divides evenly.
+  std::vector<int32_t> even(size_t(2 * n));
+  for (size_t i = 0; i < even.size(); ++i) even[i] = r * 100 + int32_t(i);
+  o = k.run(Rank::request(OpType::kAlltoall, "a2a.even", even.data(), nullptr, DataType::kInt32, {2 * n}));
+  if (k.succeeded(o, "alltoall")) {
+    std::vector<int32_t> want;
+    for (int q = 0; q < n; ++q) want.insert(want.end(), {q * 100 + 2 * r, q * 100 + 2 * r + 1});
+    k.expect(as<int32_t>(o.result.data) == want, "alltoall: wrong data");
+  }
+}
+
+void reducescatter(Rank& k) {
+  const int n = k.size(), r = k.rank();
+  const int64_t dim0 = 2 * n + 1, cols = 5;
+  std::vector<float> in(size_t(dim0 * cols));
+  for (size_t i = 0; i < in.size(); ++i) in[i] = float((r + 1) * int(i % 11));
+  Outcome o = k.run(Rank::request(OpType::kReducescatter, "rs", in.data(), nullptr, DataType::kFloat32, {dim0, cols}));
+  if (!k.succeeded(o, "reducescatter")) return;
+  // Rows are dealt out in rank order, the first dim0 % n ranks getting one more.
+  const int64_t first = r * (dim0 / n) + std::min<int64_t>(r, dim0 % n);
+  const int64_t mine = dim0 / n + (r < dim0 % n ? 1 : 0);
+  std::vector<float> want;
+  for (int64_t i = first * cols; i < (first + mine) * cols; ++i) want.push_back(float(int(i % 11) * n * (n + 1) / 2));
+  k.expect(as<float>(o.result.data) == want, "reducescatter: wrong data");
+  k.expect(o.result.shape == std::vector<int64_t>{mine, cols}, "reducescatter: wrong shape");
+}
+
+// Empty tensors, whose buffers are null (as an empty torch tensor's data_ptr() is): every
+// collective completes without touching memory.
+void empty_tensors(Rank& k) {
+  for (OpType type :
+       {OpType::kAllreduce, OpType::kBroadcast, OpType::kAllgather, OpType::kAlltoall, OpType::kReducescatter}) {
+    const std::string name = std::string("empty.") + hs::op_type_name(type);
+    Outcome o = k.run(Rank::request(type, name, nullptr, nullptr, DataType::kFloat32, {0, 3}));
+    if (k.succeeded(o, name) && o.result.has_data)
+      k.expect(o.result.data.empty() && o.result.shape == std::vector<int64_t>{0, 3}, name + ": wrong result");
+  }
+  auto group = Rank::request(OpType::kAllreduce, "empty.group", nullptr, nullptr, DataType::kFloat32, {0});
+  group.members = {{nullptr, nullptr, 0}, {nullptr, nullptr, 0}};
+  hs::append_member_shape(&group.meta.splits, {0});
+  hs::append_member_shape(&group.meta.splits, {0, 2});
+  k.succeeded(k.run(group), "grouped allreduce of empty members");
+}
+
+// The same small allreduce from a caller that blocks at once: on shared memory its input goes
+// out before negotiation (speculation).
+void blocking_repeats(Rank& k, bool all_shared_memory) {
+  const int n = k.size();
+  const auto sent_before = k.engine().stats().speculative_sent.load();
+  for (int i = 0; i < 30; ++i) {
+    std::vector<float> v(16, float(k.rank() + i));
+    Outcome o =
+        k.run_blocking(Rank::request(OpType::kAllreduce, "blocking", v.data(), v.data(), DataType::kFloat32, {16}));
+    if (!k.succeeded(o, "blocking allreduce " + std::to_string(i))) continue;
+    k.expect(v[0] == float(n * i + n * (n - 1) / 2) && v[15] == v[0], "blocking allreduce: wrong values");
+  }
+  if (all_shared_memory)
+    k.expect(k.engine().stats().speculative_sent.load() > sent_before, "no small allreduce went out early");
+}
+
+}  // namespace
+
+void scenario_collectives() {
+  for (const Topology& t : topologies()) {
+    std::fprintf(stderr, "  collectives on %s\n", t.name);
+    const bool shared = std::all_of(t.host_ids.begin(), t.host_ids.end(), [&](auto& h) { return h == t.host_ids[0]; });
+    Job(t.host_ids).run([&](Rank& k) {
+      allreduce_sum(k, 7, false);
+      allreduce_sum(k, 30000, true);  // over the direct/ring switch
+      allreduce_ops(k);
+      fused_steps(k);
+      grouped(k);
+      allgather(k);
+      broadcast(k);
+      alltoall(k);
+      reducescatter(k);
+      empty_tensors(k);
+      k.expect(k.run(Rank::request(OpType::kBarrier, "__barrier__", nullptr, nullptr, DataType::kUInt8, {})).ok(),
+               "barrier failed");
+      blocking_repeats(k, shared);
+    });
+  }
+}
+
+}  // namespace hs_test
