@@ -321,6 +321,10 @@ SPARK_AGENT_KEY = _define("HOROVOD_SPARK_AGENT_KEY", HEX_SECRET, None, "MPI mode
 SPARK_SKIP_LEGACY = _define("HOROVOD_SPARK_SKIP_LEGACY", Kind("1 to skip", lambda value: value == "1"), False,
                             "Skip the second test run, on the older stack (`.venv-legacy`).", read_by=SCRIPTS,
                             default_text="unset: both runs")
+SPARK_SKIP_SANITIZERS = _define("HOROVOD_SPARK_SKIP_SANITIZERS", Kind("1 to skip", lambda value: value == "1"),
+                                False, "Skip the sanitizer runs of the native core (`scripts/run_sanitizers.sh`) "
+                                "at the end of the test command.", read_by=SCRIPTS,
+                                default_text="unset: they run")
 SPARK_LEGACY_PYTHON = _define("HOROVOD_SPARK_LEGACY_PYTHON", text("the path of a Python interpreter"), None,
                               "The Python of `.venv-legacy`, which runs the older-stack tests. Set by "
                               "`scripts/venv_legacy.sh`.", read_by=SCRIPTS)
