@@ -241,9 +241,13 @@ def test_cli_signal_leaves_no_ranks(tmp_path, sig, code):
         open(os.path.join(sys.argv[1], os.environ["HOROVOD_RANK"] + ".pid"), "w").write(str(os.getpid()))
         time.sleep(60)
     """)
-    # A test runner started in the background may hand us SIGINT ignored; Ctrl-C must be live here.
-    proc = _cli("-np", "2", sys.executable, script, str(tmp_path),
-                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    # A test runner started in the background may hand us SIGINT ignored, and one started under
+    # nohup SIGHUP ignored (the launcher rightly keeps an inherited "ignore"); both must be live here.
+    def live_signals():
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+    proc = _cli("-np", "2", sys.executable, script, str(tmp_path), preexec_fn=live_signals)
     deadline = time.monotonic() + 15
     while len(_read_pids(tmp_path)) < 2 and time.monotonic() < deadline:
         time.sleep(0.05)
