@@ -109,7 +109,7 @@ def _shutdown_while_threads_wait():
     import time
 
     import numpy as np
-    from horovod_spark.common import _core, basics, ops
+    from horovod_spark.common import basics, ops
 
     basics.init()
     if basics.rank() == 1:
@@ -136,9 +136,11 @@ def _shutdown_while_threads_wait():
     threads = [threading.Thread(target=f) for f in (blocking, waiting)]
     for t in threads:
         t.start()
+    from horovod_spark.common import _core  # (its counters show when the engine holds both requests)
+
     deadline = time.monotonic() + 30
     while _core.stats()["requests_full"] < 2 and time.monotonic() < deadline:
-        time.sleep(0.01)  # until the engine holds both requests
+        time.sleep(0.01)
     time.sleep(0.1)  # (and both threads wait on them)
     basics.shutdown()  # as atexit does while daemon threads wait in collectives
     for t in threads:
