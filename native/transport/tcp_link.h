@@ -14,11 +14,16 @@ class TcpLink : public PeerLink {
   std::pair<const uint8_t*, size_t> peek() override;
   void consume(size_t n) override;
   int poll_fd() const override { return fd_; }
+  // Reductions read received elements in place, so a message must start where its widest elements
+  // may be read: each starts at a multiple of kAlign in the stream (both sides pad), and stage_
+  // keeps every stream position at the same offset modulo kAlign (see peek()).
+  size_t alignment() const override { return kAlign; }
 
  private:
+  static constexpr size_t kAlign = 8;  // the widest element (int64, float64)
   int fd_;
   int peer_rank_;
-  std::vector<uint8_t> stage_;
+  std::vector<uint8_t> stage_;  // (operator new's alignment, at least kAlign)
   size_t rpos_ = 0, wpos_ = 0;
 };
 

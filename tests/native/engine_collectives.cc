@@ -198,6 +198,28 @@ void reducescatter(Rank& k) {
   k.expect(o.result.shape == std::vector<int64_t>{mine, cols}, "reducescatter: wrong shape");
 }
 
+// Collectives of odd byte counts and of 8-byte elements back to back: on a TCP link the second
+// one's data may arrive in the same read as the first's, and must still be reduced from addresses
+// aligned for its type.
+void odd_then_wide(Rank& k) {
+  const int n = k.size(), r = k.rank();
+  for (int i = 0; i < 20; ++i) {
+    std::vector<uint8_t> odd(7, uint8_t(r + 1));
+    std::vector<int64_t> wide(3001, r + 1);
+    std::vector<double> real(501, double(r + 1));
+    const int64_t h[] = {
+        k.submit(Rank::request(OpType::kAllreduce, "odd", odd.data(), odd.data(), DataType::kUInt8, {7})),
+        k.submit(Rank::request(OpType::kAllreduce, "wide", wide.data(), wide.data(), DataType::kInt64, {3001})),
+        k.submit(Rank::request(OpType::kAllreduce, "real", real.data(), real.data(), DataType::kFloat64, {501}))};
+    const char* names[] = {"odd", "wide", "real"};
+    for (int j = 0; j < 3; ++j) k.succeeded(k.wait(h[j]), names[j]);
+    const int sum = n * (n + 1) / 2;
+    k.expect(odd == std::vector<uint8_t>(7, uint8_t(sum)) && wide == std::vector<int64_t>(3001, sum) &&
+                 real == std::vector<double>(501, double(sum)),
+             "odd/wide/real: wrong values");
+  }
+}
+
 // Empty tensors, whose buffers are null (as an empty torch tensor's data_ptr() is): every
 // collective completes without touching memory.
 void empty_tensors(Rank& k) {
@@ -248,6 +270,7 @@ void scenario_collectives() {
       alltoall(k);
       reducescatter(k);
       empty_tensors(k);
+      odd_then_wide(k);
       k.expect(k.run(Rank::request(OpType::kBarrier, "__barrier__", nullptr, nullptr, DataType::kUInt8, {})).ok(),
                "barrier failed");
       blocking_repeats(k, shared);

@@ -137,7 +137,12 @@ def _shutdown_while_threads_wait():
     threads = [threading.Thread(target=f) for f in (blocking, waiting)]
     for t in threads:
         t.start()
-    time.sleep(0.3)
+    from horovod_spark.common import _core  # (its counters show when the engine holds both requests)
+
+    deadline = time.monotonic() + 30
+    while _core.stats()["requests_full"] < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.1)  # (and both threads wait on them)
     basics.shutdown()  # as atexit does while daemon threads wait in collectives
     for t in threads:
         t.join(10)

@@ -40,6 +40,7 @@ int main(int argc, char** argv) {
       {"process_sets", hs_test::scenario_process_sets, 300},
       {"threads", [&] { hs_test::scenario_threads(timeline); }, 300},
       {"failures", hs_test::scenario_failures, 300},
+      {"links", hs_test::scenario_links, 120},
       {"death", hs_test::scenario_death, 0},
   };
   if (wanted.empty())
