@@ -83,7 +83,8 @@ def _datasets(draw):
     return rows, columns, options
 
 
-@settings(max_examples=150, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, deadline=None, database=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
 @given(_datasets(), st.booleans())
 def test_random_files_read_back_as_written(tmp_path_factory, dataset, byte_stream_split):
     rows, columns, options = dataset
@@ -97,10 +98,16 @@ def test_random_files_read_back_as_written(tmp_path_factory, dataset, byte_strea
     if byte_stream_split and floats:
         options = dict(options, use_dictionary=False, use_byte_stream_split=floats)
     os.makedirs(root / "d")
-    pq.write_table(table, str(root / "d" / "a.parquet"), **options)
-    # pyarrow 26 reads a one-row list<bool> column written with page format v2 and 64-byte pages
-    # back as no rows, on its own too: files pyarrow cannot read back are no test of the reader.
-    assume(pq.read_table(str(root / "d" / "a.parquet")).equals(table))
+    # Files pyarrow itself cannot write or read back are no test of the reader: pyarrow 14 refuses
+    # to write some lists with null components and fails to read back a null fixed-size list it
+    # wrote; pyarrow 26 reads a one-row list<bool> column written with page format v2 and 64-byte
+    # pages back as no rows.
+    try:
+        pq.write_table(table, str(root / "d" / "a.parquet"), **options)
+        readable = pq.read_table(str(root / "d" / "a.parquet")).equals(table)
+    except pa.ArrowException:
+        readable = False
+    assume(readable)
     reader = make_reader("arrow", store=Store.create(str(root)), path=str(root / "d"), batch_size=rows,
                          shuffle=False)
     errors = [expected for _, expected in columns if isinstance(expected, str)]
