@@ -10,7 +10,8 @@ of the cell. Neither side imports pyspark: ranks import this module.
 """
 import re
 import sys
-import threading
+
+from horovod_spark.common.line_sink import LineSink, flush_quietly
 
 MARKER = "[horovod_spark.log_to_driver] "
 VERBOSITIES = ("all", "log_callback_only")
@@ -37,41 +38,22 @@ def check_verbosity(value) -> str:
     return value
 
 
-class RankOutputFilter:
+class RankOutputFilter(LineSink):
     """A text sink for the runner (``write``/``flush``) that passes rank lines to ``cell`` or
     ``driver_log`` by ``verbosity``; lines that are not rank lines (the runner's own messages)
     always go to ``cell``."""
 
     def __init__(self, verbosity: str, cell=None, driver_log=None):
+        super().__init__()
         self.verbosity = check_verbosity(verbosity)
         self._cell = cell if cell is not None else sys.stdout
         self._driver_log = driver_log if driver_log is not None else (sys.__stderr__ or sys.stderr)
-        self._pending = ""
-        self._lock = threading.Lock()
-
-    def write(self, text: str) -> int:
-        with self._lock:
-            self._pending += text
-            *lines, self._pending = self._pending.split("\n")
-            for line in lines:
-                self._line(line)
-        return len(text)
 
     def flush(self) -> None:
         for sink in (self._cell, self._driver_log):
-            flush = getattr(sink, "flush", None)
-            if flush is not None:
-                try:
-                    flush()
-                except (OSError, ValueError):
-                    pass  # a closed sink must not fail the runner's output thread
+            flush_quietly(sink)
 
-    def close(self) -> None:
-        """Write a last line that never got its newline."""
-        with self._lock:
-            if self._pending:
-                self._line(self._pending)
-                self._pending = ""
+    def _closed(self) -> None:
         self.flush()
 
     def _line(self, line: str) -> None:

@@ -7,8 +7,9 @@ runner's service thread, so it never raises and never blocks on anything but the
 """
 import json
 import sys
-import threading
 from typing import Dict, List
+
+from horovod_spark.common.line_sink import LineSink, flush_quietly
 
 from .history import format_epoch
 from .progress_rank import MARKER
@@ -16,43 +17,25 @@ from .progress_rank import MARKER
 _TAG = "]<stdout>:" + MARKER
 
 
-class ProgressPrinter:
+class ProgressPrinter(LineSink):
     def __init__(self, verbose: int, out=None, err=None, bar_factory=None):
+        super().__init__()
         self.verbose = verbose
         self._out = out if out is not None else sys.stdout
         self._err = err if err is not None else sys.stderr
         self._bar_factory = bar_factory
         self._bar = None
-        self._pending = ""
-        self._lock = threading.Lock()
         self.epochs = 0
         self.steps = 0
         self.epoch_logs: List[Dict] = []   # every epoch_end event seen, for callers and tests
         self.steps_seen = 0
 
-    # -- the file-like face the runner writes to -------------------------------------------------
-    def write(self, text: str) -> int:
-        with self._lock:
-            self._pending += text
-            *lines, self._pending = self._pending.split("\n")
-            for line in lines:
-                self._line(line)
-        return len(text)
-
+    # -- the file-like face the runner writes to (LineSink's write and close) ---------------------
     def flush(self) -> None:
-        flush = getattr(self._out, "flush", None)
-        if flush is not None:
-            try:
-                flush()
-            except (OSError, ValueError):
-                pass
+        flush_quietly(self._out)
 
-    def close(self) -> None:
-        with self._lock:
-            if self._pending:
-                self._line(self._pending)
-                self._pending = ""
-            self._close_bar()
+    def _closed(self) -> None:
+        self._close_bar()
 
     # -- events ------------------------------------------------------------------------------------
     def _line(self, line: str) -> None:
