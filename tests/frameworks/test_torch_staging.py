@@ -6,6 +6,7 @@ path gives. tests/gpu/ runs the same collectives on CUDA tensors.
 """
 import pytest
 import torch
+from support.torch_collectives import PEER_DELAY_S, TRAINED_FROM
 
 from horovod_spark.launcher import run_local
 from horovod_spark.torch import _buffers, _handles, _staging
@@ -75,69 +76,24 @@ def test_a_grouped_op_refuses_tensors_on_two_devices():
 
 # --- every collective through the staging thread, on two real ranks ---------------------------------
 
-def _all_collectives(hvd):
-    """Every collective family once; returns their results as CPU tensors, in a fixed order."""
-    r = hvd.rank()
-    gen = torch.Generator().manual_seed(7 + r)
-    x = torch.randn(4, 3, generator=gen)
-    out = [hvd.allreduce(x, name="s.ar"), hvd.allreduce(x, op=hvd.Sum), hvd.allreduce(x.t(), op=hvd.Max)]
-    y = x.clone()
-    hvd.allreduce_(y, op=hvd.Sum, name="s.ar_")
-    out.append(y)
-    nc = x.clone().t()  # in place on a non-contiguous tensor: the result is copied back into it
-    hvd.synchronize(hvd.allreduce_async_(nc, op=hvd.Sum))
-    out.append(nc)
-    out += hvd.grouped_allreduce([x, x.to(torch.float64), torch.arange(3) + r], op=hvd.Sum)
-    g = [x.clone(), x.clone() * 2]
-    hvd.grouped_allreduce_(g, op=hvd.Average)
-    out += g
-    out.append(hvd.allgather(torch.full((r + 1, 2), float(r))))
-    out += hvd.grouped_allgather([x, torch.arange(r + 2)])
-    out.append(hvd.broadcast(x, root_rank=1))
-    b = x.clone()
-    hvd.broadcast_(b, root_rank=0)
-    out.append(b)
-    gathered, splits = hvd.alltoall(torch.arange(6.0) + 10 * r, splits=torch.tensor([2, 4]))
-    out += [gathered, splits]
-    out.append(hvd.reducescatter(x, op=hvd.Sum))
-    out += hvd.grouped_reducescatter([x, x * 3], op=hvd.Average)
-    handle = hvd.allreduce_async(x, op=hvd.Sum, name="s.polled")
-    while not hvd.poll(handle):
-        pass
-    out.append(hvd.synchronize(handle))
-    out += _training_steps(hvd)
-    return [t.detach().clone() for t in out]
-
-
-def _training_steps(hvd):
-    torch.manual_seed(3)
-    model = torch.nn.Sequential(torch.nn.Linear(3, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
-    opt = torch.optim.Adam(model.parameters(), lr=0.01)
-    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
-    opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters())
-    gen = torch.Generator().manual_seed(100 + hvd.rank())
-    for _ in range(3):
-        opt.zero_grad()
-        model(torch.randn(5, 3, generator=gen)).pow(2).mean().backward()
-        opt.step()
-    hvd.broadcast_optimizer_state(opt, root_rank=0)
-    return [p.detach() for p in model.parameters()]
-
-
 def _direct_and_staged():
     import threading
+
+    from support.torch_collectives import all_collectives, backward_and_step_seconds
 
     import horovod_spark.torch as hvd
     from horovod_spark.torch import _staging as staging
 
     hvd.init()
     try:
-        direct = _all_collectives(hvd)
+        direct = all_collectives(hvd, torch.device("cpu"))
         with staging.cpu_through_staging_thread():
-            staged = _all_collectives(hvd)
+            staged = all_collectives(hvd, torch.device("cpu"))
         assert any(t.name.startswith("hs-staging") for t in threading.enumerate()), "no staging thread ran"
         after = hvd.allreduce(torch.ones(2), op=hvd.Sum, name="s.after")
-        return direct, staged, after
+        with staging.cpu_through_staging_thread():
+            timing = backward_and_step_seconds(hvd, torch.device("cpu"))
+        return direct, staged, after, timing
     finally:
         hvd.shutdown()
 
@@ -148,7 +104,7 @@ def two_rank_results():
 
 
 def test_staged_collectives_equal_the_direct_ones(two_rank_results):
-    for rank, (direct, staged, _) in enumerate(two_rank_results):
+    for rank, (direct, staged, _, _) in enumerate(two_rank_results):
         assert len(direct) == len(staged)
         for i, (a, b) in enumerate(zip(direct, staged)):
             assert a.dtype == b.dtype and a.shape == b.shape, "rank %d result %d" % (rank, i)
@@ -163,10 +119,16 @@ def test_staged_collectives_compute_the_right_values(two_rank_results):
     torch.testing.assert_close(direct0[4], (x[0] + x[1]).t())
     assert torch.equal(direct0[7], torch.tensor([1, 3, 5]))  # arange(3) + r, summed
     # The trained parameters agree across ranks after the broadcast and three averaged steps.
-    for a, b in zip(direct0[-4:], direct1[-4:]):
+    for a, b in zip(direct0[TRAINED_FROM:], direct1[TRAINED_FROM:]):
         torch.testing.assert_close(a, b)
 
 
 def test_direct_collectives_work_after_staged_ones(two_rank_results):
-    for _, _, after in two_rank_results:
+    for _, _, after, _ in two_rank_results:
         assert torch.equal(after, torch.full((2,), 2.0))
+
+
+def test_gradient_hooks_do_not_block_the_backward_pass(two_rank_results):
+    backward_s, step_s = two_rank_results[0][3]
+    # Rank 1 started PEER_DELAY_S late: rank 0 waits for it in step(), not in backward.
+    assert backward_s < PEER_DELAY_S / 2 < step_s, two_rank_results[0][3]
