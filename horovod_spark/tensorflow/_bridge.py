@@ -29,6 +29,7 @@ def run(np_fn, tensors, out_dtypes, out_shapes, name="horovod_spark"):
     ``out_dtypes``/``out_shapes`` describe the results (shapes may contain None); ``np_fn`` must
     return arrays of exactly those dtypes.
     """
+    tensors = list(tensors)
     if tf.executing_eagerly():
         arrays = [_buffers.host_view(t) for t in tensors]
         outs = [_buffers.to_eager(a, d) for a, d in zip(np_fn(*arrays), out_dtypes)]
@@ -44,7 +45,7 @@ def run(np_fn, tensors, out_dtypes, out_shapes, name="horovod_spark"):
         outs = np_fn(*[np.asarray(a) for a in arrays])
         return outs if out_dtypes else []
 
-    outs = tf.numpy_function(call, list(tensors), list(out_dtypes), stateful=True, name=name)
+    outs = tf.numpy_function(call, tensors, list(out_dtypes), stateful=True, name=name)
     if not out_dtypes:
         return []
     if not isinstance(outs, (list, tuple)):

@@ -139,7 +139,7 @@ class CudaStage(Stage):
         pinned = torch.empty(src.shape, dtype=src.dtype, pin_memory=True)
         # The copy must see every kernel the caller queued before calling the collective.
         self._stream.wait_stream(torch.cuda.current_stream(self.device))
-        with torch.cuda.stream(self._stream):
+        with torch.no_grad(), torch.cuda.stream(self._stream):
             pinned.copy_(src, non_blocking=True)
         # The caching allocator must not hand src's memory out again before the copy read it.
         src.record_stream(self._stream)

@@ -95,3 +95,33 @@ def test_use_gpu_without_a_gpu_trains_on_cpu_and_says_so_once(spark, tmp_path):
     history = fitted.getHistory()["loss"]
     assert len(history) == 3 and history[-1] < history[0]
     assert all(t.device.type == "cpu" for t in fitted.getModel().state_dict().values())
+
+
+def _keras_rank_device():
+    import io
+
+    from horovod_spark.estimator import keras_remote
+    from horovod_spark.estimator.common.rank_device import report_cpu_fallback
+    without_gpu = keras_remote._configure_tensorflow(use_gpu=True)
+    import horovod_spark.keras as hvd
+    hvd.init()
+    try:
+        out = io.StringIO()
+        missing = report_cpu_fallback(hvd, without_gpu, "TensorFlow lists no GPU there", out=out)
+        return without_gpu, missing, out.getvalue()
+    finally:
+        hvd.shutdown()
+
+
+def test_keras_ranks_without_a_gpu_are_counted_and_rank_0_says_so_once():
+    pytest.importorskip("tensorflow")
+    from horovod_spark.common import gpu_support
+    from horovod_spark.launcher import run_local
+    results = run_local(_keras_rank_device, num_proc=2, timeout=200)
+    if gpu_support.gpu_available("tensorflow"):
+        assert [r[:2] for r in results] == [(False, 0), (False, 0)]
+        assert results[0][2] == ""
+        return
+    assert [r[:2] for r in results] == [(True, 2), (True, 2)]
+    assert results[0][2] == NO_GPU_LINE % (2, 2, "TensorFlow lists no GPU there") + "\n"
+    assert results[1][2] == ""
