@@ -6,7 +6,7 @@ import atexit
 import os
 import threading
 
-from horovod_spark.common import _core, rendezvous
+from horovod_spark.common import _core, gpu_support, rendezvous
 from horovod_spark.common import config as env_config  # basics.config() is the core's settings
 from horovod_spark.exceptions import ConfigError
 
@@ -171,11 +171,19 @@ def gloo_built() -> bool:
 
 
 def nccl_built() -> bool:
-    return False
+    """Whether collectives on device memory run over NCCL (False: see common/gpu_support.py)."""
+    return gpu_support.nccl_built()
 
 
 def cuda_built() -> bool:
-    return False
+    """Whether collectives accept CUDA tensors of an installed framework (host staging); see
+    common/gpu_support.py. The framework modules answer for their own framework."""
+    return gpu_support.cuda_built()
+
+
+def gpu_available() -> bool:
+    """``cuda_built()`` and this process sees a CUDA device."""
+    return gpu_support.gpu_available()
 
 
 def rocm_built() -> bool:

@@ -301,6 +301,10 @@ SPARK_MPIRUN = _define("HOROVOD_SPARK_MPIRUN", text("the path of Open MPI's mpir
 SPARK_GPUS = _define("HOROVOD_SPARK_GPUS", names("0,1"), (), "The GPU addresses Spark gave this rank's task "
                      "(horovod_spark.spark.get_available_devices()). Set by horovod_spark.run.",
                      default_text="unset: no GPUs assigned")
+CUDA_VISIBLE_DEVICES = _define("CUDA_VISIBLE_DEVICES", names("0,1"), None, "CUDA's own: the GPUs this process "
+                               "may use, renumbered from 0. Set by horovod_spark.run to the GPUs Spark gave the "
+                               "rank's task; read by the estimators to choose the rank's GPU.",
+                               default_text="unset: every GPU visible")
 SPARK_WORKDIR = _define("HOROVOD_SPARK_WORKDIR", text("a directory"), None, "The rank process's directory for "
                         "its function and result. Set by horovod_spark.run's tasks.")
 SPARK_PARENT_PID = _define("HOROVOD_SPARK_PARENT_PID", whole_number(1), None, "The process id of the Spark task "

@@ -16,6 +16,7 @@ import numpy as np
 
 from horovod_spark.common import config
 
+from .common import rank_device
 from .common.checkpoint import CheckpointStore
 from .common.history import History
 from .common.progress_rank import ProgressReporter
@@ -27,16 +28,20 @@ CHECKPOINT_FORMAT = 1
 
 def train(spec):
     # Before TensorFlow starts: its thread pools are sized once per process.
-    _configure_tensorflow(spec.use_gpu)
+    without_gpu = _configure_tensorflow(spec.use_gpu)
     import horovod_spark.keras as hvd
     hvd.init()
     try:
+        if spec.use_gpu:
+            rank_device.report_cpu_fallback(hvd, without_gpu, "TensorFlow lists no GPU there")
         return _KerasTrainer(spec, hvd).run()
     finally:
         hvd.shutdown()
 
 
-def _configure_tensorflow(use_gpu: bool) -> None:
+def _configure_tensorflow(use_gpu: bool) -> bool:
+    """Size TF's thread pools and choose the rank's GPU, before TF starts; True when use_gpu=True
+    found no GPU (the rank then trains on CPU)."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import tensorflow as tf
     local_size = config.LOCAL_SIZE.get(default=1)
@@ -50,18 +55,18 @@ def _configure_tensorflow(use_gpu: bool) -> None:
         pass  # TensorFlow already runs in this process; its pools stay as they are
     gpus = tf.config.list_physical_devices("GPU")
     if not gpus:
-        return
+        return use_gpu
     try:
         if not use_gpu:
             tf.config.set_visible_devices([], "GPU")
-            return
-        from horovod_spark.spark.gpus import get_available_devices
-        # GPUs Spark assigned to this task are the only ones visible, renumbered from 0.
-        gpu = gpus[0] if get_available_devices() else gpus[local_rank % len(gpus)]
+            return False
+        from horovod_spark.spark.gpus import rank_gpu
+        gpu = gpus[rank_gpu(local_rank, len(gpus))]
         tf.config.set_visible_devices(gpu, "GPU")
         tf.config.experimental.set_memory_growth(gpu, True)
     except RuntimeError:
-        pass
+        pass  # TensorFlow already initialised its devices in this process; they stay as they are
+    return False
 
 
 def load_checkpoint(data: bytes) -> dict:

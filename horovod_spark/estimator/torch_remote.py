@@ -12,6 +12,7 @@ import time
 
 import numpy as np
 
+from .common import rank_device
 from .common.checkpoint import CheckpointStore
 from .common.history import EpochMetrics, History
 from .common.progress_rank import ProgressReporter
@@ -45,17 +46,6 @@ def _epoch_seed(seed: int, epoch: int, rank: int) -> int:
     return int(np.random.SeedSequence([seed, epoch, rank]).generate_state(1)[0])
 
 
-def _device(use_gpu: bool, local_rank: int):
-    import torch
-    if not use_gpu or not torch.cuda.is_available():
-        return torch.device("cpu")
-    from horovod_spark.spark.gpus import get_available_devices
-    # GPUs Spark assigned to this task are the only ones visible, renumbered from 0.
-    index = 0 if get_available_devices() else local_rank % torch.cuda.device_count()
-    torch.cuda.set_device(index)
-    return torch.device("cuda", index)
-
-
 def load_checkpoint(data: bytes) -> dict:
     import torch
     # Written by this run's own rank 0 into the user's store: as trusted as the pickled model.
@@ -75,7 +65,7 @@ class _Trainer:
         # Ranks sharing a host would otherwise each start a thread per core and fight over them.
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // max(1, hvd.local_size())))
         parts = torch_payload.unpack(spec.payload)
-        self.device = _device(spec.use_gpu, hvd.local_rank())
+        self.device = rank_device.torch_device(spec.use_gpu, hvd)
         self.model = parts["model"].to(self.device)
         losses = parts["loss"]
         self.losses = losses * len(spec.label_cols) if len(losses) == 1 else losses

@@ -14,7 +14,6 @@ from horovod_spark.common.basics import (
                                          ccl_built,
                                          cross_rank,
                                          cross_size,
-                                         cuda_built,
                                          ddl_built,
                                          gloo_built,
                                          gloo_enabled,
@@ -25,7 +24,6 @@ from horovod_spark.common.basics import (
                                          mpi_built,
                                          mpi_enabled,
                                          mpi_threads_supported,
-                                         nccl_built,
                                          rank,
                                          rocm_built,
                                          size,
@@ -47,13 +45,15 @@ from horovod_spark.tensorflow import (
                                          join,
                                          shutdown,
 )
+from horovod_spark.tensorflow._build import cuda_built, gpu_available, nccl_built
 from horovod_spark.tensorflow._op_args import Adasum, Average, Max, Min, Product, Sum
 from horovod_spark.tensorflow.compression import Compression
 
 __all__ = [
     "init", "shutdown", "is_initialized", "size", "rank", "local_size", "local_rank", "cross_size", "cross_rank",
     "is_homogeneous", "mpi_threads_supported", "mpi_enabled", "mpi_built", "gloo_enabled", "gloo_built",
-    "nccl_built", "cuda_built", "ddl_built", "ccl_built", "rocm_built", "start_timeline", "stop_timeline",
+    "nccl_built", "cuda_built", "gpu_available", "ddl_built", "ccl_built", "rocm_built", "start_timeline",
+    "stop_timeline",
     "ProcessSet", "global_process_set", "add_process_set", "remove_process_set", "HorovodInternalError",
     "Average", "Sum", "Adasum", "Min", "Max", "Product", "Compression",
     "DistributedOptimizer", "PartialDistributedOptimizer", "load_model", "callbacks",

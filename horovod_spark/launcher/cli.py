@@ -82,6 +82,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--env", action="append", default=[], type=_env_assignment, metavar="NAME=VALUE",
                         help="set an environment variable for every rank (repeatable)")
     parser.add_argument("--verbose", action="store_true", help="report what the launcher does on stderr")
+    parser.add_argument("--check-build", action="store_true",
+                        help="print the frameworks, controllers, tensor operations and GPU support this "
+                             "installation has, and exit")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="the command each rank runs")
     return parser
 
@@ -89,6 +92,8 @@ def build_parser() -> argparse.ArgumentParser:
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.check_build:
+        return args
     if args.num_proc is None:
         parser.error("-np N is required (the number of ranks to start)")
     if not args.command:
@@ -181,7 +186,12 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    return run(parse_args(argv))
+    args = parse_args(argv)
+    if args.check_build:
+        from horovod_spark.launcher.check_build import report
+        sys.stdout.write(report())
+        return 0
+    return run(args)
 
 
 if __name__ == "__main__":

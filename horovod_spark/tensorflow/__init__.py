@@ -14,7 +14,6 @@ from horovod_spark.common.basics import (
                                          ccl_built,
                                          cross_rank,
                                          cross_size,
-                                         cuda_built,
                                          ddl_built,
                                          gloo_built,
                                          gloo_enabled,
@@ -25,7 +24,6 @@ from horovod_spark.common.basics import (
                                          mpi_built,
                                          mpi_enabled,
                                          mpi_threads_supported,
-                                         nccl_built,
                                          rank,
                                          rocm_built,
                                          size,
@@ -34,6 +32,7 @@ from horovod_spark.common.basics import (
 )
 from horovod_spark.common.process_sets import ProcessSet, add_process_set, global_process_set, remove_process_set
 from horovod_spark.exceptions import HorovodInternalError
+from horovod_spark.tensorflow._build import cuda_built, gpu_available, nccl_built
 from horovod_spark.tensorflow._control import (
                                          barrier,
                                          init,
@@ -77,7 +76,8 @@ from horovod_spark.tensorflow.util import (
 __all__ = [
     "init", "shutdown", "is_initialized", "size", "rank", "local_size", "local_rank", "cross_size", "cross_rank",
     "is_homogeneous", "mpi_threads_supported", "mpi_enabled", "mpi_built", "gloo_enabled", "gloo_built",
-    "nccl_built", "cuda_built", "ddl_built", "ccl_built", "rocm_built", "start_timeline", "stop_timeline",
+    "nccl_built", "cuda_built", "gpu_available", "ddl_built", "ccl_built", "rocm_built", "start_timeline",
+    "stop_timeline",
     "size_op", "rank_op", "local_size_op", "local_rank_op", "process_set_included_op",
     "ProcessSet", "global_process_set", "add_process_set", "remove_process_set", "HorovodInternalError",
     "Average", "Sum", "Adasum", "Min", "Max", "Product", "Compression",

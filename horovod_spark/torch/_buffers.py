@@ -1,8 +1,8 @@
 """Torch tensors <-> the raw buffers the native core takes (pointer, dtype name, shape).
 
-The core reads and writes tensor memory directly through ``data_ptr()``, so a contiguous CPU
-tensor crosses without a copy; results the core allocates come back as a uint8 numpy array that
-the returned tensor views in place.
+The core reads and writes host memory directly through ``data_ptr()``, so a contiguous CPU
+tensor crosses without a copy (CUDA tensors cross through ``_staging``); results the core
+allocates come back as a uint8 numpy array that the returned tensor views in place.
 """
 import numpy as np
 import torch
@@ -39,12 +39,20 @@ def core_dtype(tensor):
 def _check_device(tensor):
     if tensor.device.type == "cpu":
         return
-    from horovod_spark.common import basics
-    if tensor.device.type == "cuda" and basics.cuda_built():
-        return
-    raise ValueError("horovod_spark.torch collectives take CPU tensors only (this build has no %s "
-                     "support); got a tensor on %s. Move it with tensor.cpu() first."
-                     % (tensor.device.type.upper(), tensor.device))
+    from horovod_spark.torch import _staging
+    if tensor.device.type == "cuda" and _staging.available():
+        return  # staged through pinned host memory (horovod_spark/torch/_staging.py)
+    raise ValueError("horovod_spark.torch collectives take CPU and CUDA tensors; got a tensor on %s, which this "
+                     "build cannot reach. Move it with tensor.cpu() first." % (tensor.device,))
+
+
+def check_same_device(tensors):
+    """The one device of ``tensors`` (a grouped op's members); ValueError naming them otherwise."""
+    devices = {t.device for t in tensors}
+    if len(devices) > 1:
+        raise ValueError("a grouped collective takes tensors on one device; got tensors on %s. Move them to one "
+                         "device first." % ", ".join(sorted(str(d) for d in devices)))
+    return next(iter(devices))
 
 
 def check_tensor(tensor):
@@ -75,8 +83,8 @@ def describe(tensor):
     return tensor.data_ptr(), tuple(tensor.shape)
 
 
-def from_core(raw, shape, dtype, device=None):
-    """View a core-allocated result (1-D uint8 numpy array) as a tensor of ``dtype`` and ``shape``.
+def from_core(raw, shape, dtype):
+    """View a core-allocated result (1-D uint8 numpy array) as a CPU tensor of ``dtype`` and ``shape``.
 
     No copy: the tensor shares, and keeps alive, the array's memory.
     """
@@ -86,7 +94,4 @@ def from_core(raw, shape, dtype, device=None):
         # torch.from_numpy warns on read-only arrays; a copy is the only safe way to hand the
         # caller a tensor they may modify.
         raw = raw.copy()
-    out = torch.from_numpy(raw).view(dtype).reshape(tuple(int(d) for d in shape))
-    if device is not None and out.device != device:
-        out = out.to(device)
-    return out
+    return torch.from_numpy(raw).view(dtype).reshape(tuple(int(d) for d in shape))

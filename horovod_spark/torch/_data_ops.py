@@ -7,7 +7,7 @@ import torch
 
 from horovod_spark.common import ops as _core
 from horovod_spark.common.process_sets import global_process_set, root_index
-from horovod_spark.torch import _buffers, _handles
+from horovod_spark.torch import _buffers, _handles, _staging
 
 
 def _check_allgather(tensor):
@@ -18,23 +18,22 @@ def _check_allgather(tensor):
     return dtype
 
 
-def _launch_allgather(tensor, core_name, process_set, dtype=None):
-    dtype = _check_allgather(tensor) if dtype is None else dtype
-    src = _buffers.contiguous(tensor)
-    core_handle = _core.allgather_async(core_name, src.data_ptr(), dtype, tuple(src.shape),
-                                        _handles.process_set_id(process_set))
-    return core_handle, src
+def _enqueue_allgather(src, core_name, dtype, ps_id):
+    return lambda: _core.allgather_async(core_name, src.data_ptr(), dtype, tuple(src.shape), ps_id)
 
 
 def allgather_async(tensor, name=None, process_set=global_process_set):
     """Start concatenating every rank's ``tensor`` along dim 0 (which may differ per rank)."""
+    dtype = _check_allgather(tensor)
     core_name = _handles.op_name("allgather", name, process_set)
-    core_handle, src = _launch_allgather(tensor, core_name, process_set)
-    dtype, device = tensor.dtype, tensor.device
+    stage = _staging.begin(tensor.device)
+    src = stage.host(tensor)
+    core_handle = stage.submit(_enqueue_allgather(src, core_name, dtype, _handles.process_set_id(process_set)))
+    out_dtype = tensor.dtype
 
     def finish(results):
         raw, shape = results[0]
-        return _buffers.from_core(raw, shape, dtype, device)
+        return stage.to_device(_buffers.from_core(raw, shape, out_dtype))
 
     return _handles.register(core_handle, (tensor, src), finish)
 
@@ -45,35 +44,39 @@ def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
     if not tensors:
         raise ValueError("grouped allgather needs at least one tensor")
     dtypes = [_check_allgather(t) for t in tensors]  # every member before any is queued
+    stage = _staging.begin(_buffers.check_same_device(tensors))
     base = _handles.op_name("grouped_allgather", name, process_set)
     names = ["%s.%dof%d" % (base, i, len(tensors)) for i in range(len(tensors))]
-    _core.check_names_free(names, _handles.process_set_id(process_set))
-    launched = [_launch_allgather(t, n, process_set, d) for t, n, d in zip(tensors, names, dtypes)]
-    metas = [(t.dtype, t.device) for t in tensors]
+    ps_id = _handles.process_set_id(process_set)
+    _core.check_names_free(names, ps_id)
+    srcs = [stage.host(t) for t in tensors]
+    enqueues = [_enqueue_allgather(s, n, d, ps_id) for s, n, d in zip(srcs, names, dtypes)]
+    core_handle = stage.submit(lambda: [enqueue() for enqueue in enqueues])
+    out_dtypes = [t.dtype for t in tensors]
 
     def finish(results):
-        return [_buffers.from_core(raw, shape, dtype, device)
-                for (raw, shape), (dtype, device) in zip(results, metas)]
+        return [stage.to_device(_buffers.from_core(raw, shape, dtype))
+                for (raw, shape), dtype in zip(results, out_dtypes)]
 
-    return _handles.register([h for h, _ in launched], (tensors, [s for _, s in launched]), finish)
+    return _handles.register(core_handle, (tensors, srcs), finish)
 
 
 def _launch_broadcast(tensor, inplace, root_rank, name, process_set):
     dtype = _buffers.check_tensor(tensor)
-    src = _buffers.contiguous(tensor)
-    out = src if inplace else torch.empty_like(src, memory_format=torch.contiguous_format)
     ps_id = _handles.process_set_id(process_set)
     root = root_index(root_rank, process_set)  # the core counts the root within the set
-    core_handle = _core.broadcast_async(
-        _handles.op_name("broadcast", name, process_set), src.data_ptr(), out.data_ptr(), dtype,
-        tuple(out.shape), root, ps_id)
+    core_name = _handles.op_name("broadcast", name, process_set)
+    stage = _staging.begin(tensor.device)
+    src = stage.host(tensor)
+    out = src if inplace else stage.host_empty(src)
+    core_handle = stage.submit(lambda: _core.broadcast_async(core_name, src.data_ptr(), out.data_ptr(), dtype,
+                                                             tuple(out.shape), root, ps_id))
 
     def finish(_results):
-        if inplace and out is not tensor:
-            with torch.no_grad():
-                tensor.copy_(out)
+        if inplace:
+            stage.copy_into(tensor, out)
             return tensor
-        return out
+        return stage.to_device(out)
 
     return _handles.register(core_handle, (tensor, src, out), finish)
 
@@ -113,18 +116,21 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
         raise ValueError("alltoall splits along dimension 0, so it needs a tensor of at least one "
                          "dimension")
     split_list = _splits_list(splits)
-    src = _buffers.contiguous(tensor)
-    core_handle = _core.alltoall_async(
-        _handles.op_name("alltoall", name, process_set), src.data_ptr(), dtype, tuple(src.shape),
-        split_list, _handles.process_set_id(process_set))
-    # As in Horovod: received splits take the dtype of the splits tensor given, else int32.
+    core_name = _handles.op_name("alltoall", name, process_set)
+    ps_id = _handles.process_set_id(process_set)
+    stage = _staging.begin(tensor.device)
+    src = stage.host(tensor)
+    core_handle = stage.submit(lambda: _core.alltoall_async(core_name, src.data_ptr(), dtype, tuple(src.shape),
+                                                            split_list, ps_id))
+    # As in Horovod: received splits take the dtype of the splits tensor given, else int32, and
+    # stay on the CPU.
     splits_dtype = splits.dtype if isinstance(splits, torch.Tensor) else torch.int32
-    out_dtype, device = tensor.dtype, tensor.device
+    out_dtype = tensor.dtype
 
     def finish(results):
         raw, shape, *rest = results[0]
         received = rest[0] if rest else []
-        output = _buffers.from_core(raw, shape, out_dtype, device)
+        output = stage.to_device(_buffers.from_core(raw, shape, out_dtype))
         return output, torch.as_tensor([int(s) for s in received], dtype=splits_dtype)
 
     return _handles.register(core_handle, (tensor, src), finish)

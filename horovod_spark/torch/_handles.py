@@ -3,7 +3,9 @@
 The core only sees raw pointers, so every tensor it may read or write is referenced here until
 ``synchronize`` collects the result; otherwise Python could free memory the core still uses.
 One user handle may stand for several core handles (grouped ops), and its ``finish`` callback
-turns the core's results into what Horovod's ``synchronize`` returns.
+turns the core's results into what Horovod's ``synchronize`` returns. A core handle may also be a
+``_staging.Deferred`` (a device tensor's collective that the staging thread enqueues once the
+tensor's copy to host memory is done); it stands for the core handles it resolves to.
 """
 import collections
 import itertools
@@ -11,6 +13,7 @@ import threading
 
 from horovod_spark.common import ops as _core
 from horovod_spark.common.process_sets import process_set_id_of as _process_set_id_of
+from horovod_spark.torch._staging import Deferred
 
 _Pending = collections.namedtuple("_Pending", ["core_handles", "keep_alive", "finish"])
 
@@ -53,7 +56,7 @@ def register(core_handles, keep_alive, finish):
     ``finish(results)`` receives the list of ``wait`` results, in ``core_handles`` order, and
     returns what ``synchronize`` gives the caller.
     """
-    if isinstance(core_handles, int):
+    if isinstance(core_handles, (int, Deferred)):
         core_handles = [core_handles]
     entry = _Pending(list(core_handles), keep_alive, finish)
     # next() on itertools.count and a dict store are each atomic under the GIL: no lock needed.
@@ -77,8 +80,25 @@ def poll(handle):
         raise ValueError("poll(): unknown handle %r (already synchronized, or not from this process)"
                          % (handle,))
     if type(entry) is tuple:
-        return _core.poll(entry[0])
-    return all(_core.poll(h) for h in entry.core_handles)
+        return _poll_one(entry[0])
+    return all(_poll_one(h) for h in entry.core_handles)
+
+
+def _poll_one(core_handle):
+    if type(core_handle) is Deferred:
+        return core_handle.ready() and all(_core.poll(h) for h in core_handle.core_handles())
+    return _core.poll(core_handle)
+
+
+def _core_handles(core_handles):
+    """The core handles behind ``core_handles``, deferred ones resolved (waiting for them)."""
+    flat = []
+    for h in core_handles:
+        if type(h) is Deferred:
+            flat.extend(h.core_handles())
+        else:
+            flat.append(h)
+    return flat
 
 
 def synchronize(handle):
@@ -87,11 +107,13 @@ def synchronize(handle):
     if entry is None:
         return None
     if type(entry) is tuple:  # from register_result
-        _core.wait(entry[0])
+        for h in _core_handles([entry[0]]):
+            _core.wait(h)
         return entry[1]
     results, error = [], None
     # Wait for every part even after one fails, so no part still writes into memory we release.
-    for h in entry.core_handles:
+    # (A deferred part that failed to enqueue never touches memory: its error is raised at once.)
+    for h in _core_handles(entry.core_handles):
         try:
             results.append(_core.wait(h))
         except Exception as exc:

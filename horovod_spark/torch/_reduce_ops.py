@@ -9,7 +9,7 @@ import torch
 
 from horovod_spark.common import ops as _core
 from horovod_spark.common.process_sets import global_process_set
-from horovod_spark.torch import _buffers, _handles
+from horovod_spark.torch import _buffers, _handles, _staging
 from horovod_spark.torch._data_ops import allgather_async
 from horovod_spark.torch._handles import synchronize
 
@@ -51,7 +51,7 @@ def _plain_codes(tensor, op):
     """(dtype code, op code) when ``tensor`` is a contiguous CPU tensor of a supported dtype and
     ``op`` a plain reduction: all the core's prechecked entry points need. None otherwise: the
     checked path then names the problem."""
-    if not (isinstance(tensor, torch.Tensor) and tensor.is_cpu):
+    if not (isinstance(tensor, torch.Tensor) and tensor.is_cpu) or _staging.cpu_staged():
         return None
     dtype_code = _CPU_DTYPE_CODES.get(tensor.dtype)
     try:
@@ -80,22 +80,26 @@ def _launch_allreduce(tensor, inplace, name, op, prescale_factor, postscale_fact
                                                          float(postscale_factor), ps_id)
         return _handles.register_result(core_handle, out, tensor)  # tensor: the core still reads it
     dtype = _buffers.check_tensor(tensor)
-    src = _buffers.contiguous(tensor)
-    out = src if inplace else torch.empty_like(src, memory_format=torch.contiguous_format)
-    core_handle = _core.allreduce_async(
-        _handles.op_name("allreduce", name, process_set), src.data_ptr(), out.data_ptr(), dtype,
-        tuple(src.shape), core_op(op), float(prescale_factor), float(postscale_factor),
-        _handles.process_set_id(process_set))
-    if not inplace:
-        return _handles.register_result(core_handle, out, src)  # src: the core still reads it
+    code = core_op(op)
+    core_name = _handles.op_name("allreduce", name, process_set)
+    ps_id = _handles.process_set_id(process_set)
+    stage = _staging.begin(tensor.device)
+    src = stage.host(tensor)
+    out = src if inplace else stage.host_empty(src)
+    core_handle = stage.submit(lambda: _core.allreduce_async(core_name, src.data_ptr(), out.data_ptr(), dtype,
+                                                             tuple(src.shape), code, float(prescale_factor),
+                                                             float(postscale_factor), ps_id))
     if out is tensor:
-        # In place on the caller's own memory (DistributedOptimizer's case): nothing to finish.
+        # In place on the caller's own memory (DistributedOptimizer's case on CPU): nothing to finish.
         return _handles.register_result(core_handle, tensor, None)
+    if not inplace and out.device == tensor.device:
+        return _handles.register_result(core_handle, out, src)  # src: the core still reads it
 
-    def finish(_results):  # in place on a non-contiguous tensor: copy the result back
-        with torch.no_grad():
-            tensor.copy_(out)
-        return tensor
+    def finish(_results):
+        if inplace:  # on a non-contiguous or device tensor: the result goes back into it
+            stage.copy_into(tensor, out)
+            return tensor
+        return stage.to_device(out)
 
     return _handles.register(core_handle, (tensor, src, out), finish)
 
@@ -149,26 +153,27 @@ def _launch_grouped_allreduce(tensors, inplace, name, op, prescale_factor, posts
         raise ValueError("grouped allreduce needs at least one tensor")
     dtypes = [_buffers.check_tensor(t) for t in tensors]
     op_code = core_op(op)
-    srcs = [_buffers.contiguous(t) for t in tensors]
-    outs = srcs if inplace else [torch.empty_like(s, memory_format=torch.contiguous_format) for s in srcs]
+    stage = _staging.begin(_buffers.check_same_device(tensors))
+    srcs = [stage.host(t) for t in tensors]
+    outs = srcs if inplace else [stage.host_empty(s) for s in srcs]
     in_ptrs = [s.data_ptr() for s in srcs]
     out_ptrs = in_ptrs if inplace else [o.data_ptr() for o in outs]
     shapes = [s.shape for s in srcs]
     base = _handles.op_name("grouped_allreduce", name, process_set)
     args = (op_code, float(prescale_factor), float(postscale_factor), _handles.process_set_id(process_set))
     if dtypes.count(dtypes[0]) == len(dtypes):  # the usual case: one packed request, no regrouping
-        core_handles = [_core.grouped_allreduce_async(base, in_ptrs, out_ptrs, dtypes[0], shapes, *args)]
+        def enqueue():
+            return [_core.grouped_allreduce_async(base, in_ptrs, out_ptrs, dtypes[0], shapes, *args)]
     else:
-        core_handles = [h for _, h in _core.grouped_allreduce_by_dtype(base, in_ptrs, out_ptrs, dtypes, shapes,
-                                                                       *args)]
+        def enqueue():
+            return [h for _, h in _core.grouped_allreduce_by_dtype(base, in_ptrs, out_ptrs, dtypes, shapes, *args)]
+    core_handles = stage.submit(enqueue)
 
     def finish(_results):
         if not inplace:
-            return list(outs)
-        with torch.no_grad():
-            for t, buf in zip(tensors, outs):
-                if buf is not t:
-                    t.copy_(buf)
+            return [stage.to_device(o) for o in outs]
+        for t, buf in zip(tensors, outs):
+            stage.copy_into(t, buf)
         return list(tensors)
 
     return _handles.register(core_handles, (tensors, srcs, outs), finish)
@@ -197,13 +202,10 @@ def _check_reducescatter(tensor, op):
     return dtype, code
 
 
-def _launch_reducescatter(tensor, core_name, checked, prescale_factor, postscale_factor, process_set):
+def _enqueue_reducescatter(src, core_name, checked, prescale_factor, postscale_factor, ps_id):
     dtype, code = checked
-    src = _buffers.contiguous(tensor)
-    core_handle = _core.reducescatter_async(
-        core_name, src.data_ptr(), dtype, tuple(src.shape), code,
-        float(prescale_factor), float(postscale_factor), _handles.process_set_id(process_set))
-    return core_handle, src
+    return lambda: _core.reducescatter_async(core_name, src.data_ptr(), dtype, tuple(src.shape), code,
+                                             float(prescale_factor), float(postscale_factor), ps_id)
 
 
 def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set,
@@ -211,13 +213,16 @@ def reducescatter_async(tensor, name=None, op=Average, process_set=global_proces
     """Start reducing ``tensor`` and scattering dim 0: this rank gets its block (earlier ranks get
     the remainder of an uneven split)."""
     checked = _check_reducescatter(tensor, op)
-    core_handle, src = _launch_reducescatter(tensor, _handles.op_name("reducescatter", name, process_set), checked,
-                                             prescale_factor, postscale_factor, process_set)
-    dtype, device = tensor.dtype, tensor.device
+    core_name = _handles.op_name("reducescatter", name, process_set)
+    stage = _staging.begin(tensor.device)
+    src = stage.host(tensor)
+    core_handle = stage.submit(_enqueue_reducescatter(src, core_name, checked, prescale_factor, postscale_factor,
+                                                      _handles.process_set_id(process_set)))
+    out_dtype = tensor.dtype
 
     def finish(results):
         raw, shape = results[0]
-        return _buffers.from_core(raw, shape, dtype, device)
+        return stage.to_device(_buffers.from_core(raw, shape, out_dtype))
 
     return _handles.register(core_handle, (tensor, src), finish)
 
@@ -229,18 +234,22 @@ def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=glob
     if not tensors:
         raise ValueError("grouped reducescatter needs at least one tensor")
     checked = [_check_reducescatter(t, op) for t in tensors]  # every member before any is queued
+    stage = _staging.begin(_buffers.check_same_device(tensors))
     base = _handles.op_name("grouped_reducescatter", name, process_set)
     names = ["%s.%dof%d" % (base, i, len(tensors)) for i in range(len(tensors))]
-    _core.check_names_free(names, _handles.process_set_id(process_set))
-    launched = [_launch_reducescatter(t, n, c, prescale_factor, postscale_factor, process_set)
-                for t, n, c in zip(tensors, names, checked)]
-    metas = [(t.dtype, t.device) for t in tensors]
+    ps_id = _handles.process_set_id(process_set)
+    _core.check_names_free(names, ps_id)
+    srcs = [stage.host(t) for t in tensors]
+    enqueues = [_enqueue_reducescatter(s, n, c, prescale_factor, postscale_factor, ps_id)
+                for s, n, c in zip(srcs, names, checked)]
+    core_handle = stage.submit(lambda: [enqueue() for enqueue in enqueues])
+    out_dtypes = [t.dtype for t in tensors]
 
     def finish(results):
-        return [_buffers.from_core(raw, shape, dtype, device)
-                for (raw, shape), (dtype, device) in zip(results, metas)]
+        return [stage.to_device(_buffers.from_core(raw, shape, dtype))
+                for (raw, shape), dtype in zip(results, out_dtypes)]
 
-    return _handles.register([h for h, _ in launched], (tensors, [s for _, s in launched]), finish)
+    return _handles.register(core_handle, (tensors, srcs), finish)
 
 
 def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):

@@ -5,10 +5,10 @@ Synchronous functions live here; the ``*_async`` ones, which return handles for 
 leave their input unchanged and are differentiable; those with one work in place.
 """
 from horovod_spark.common import basics as _basics
+from horovod_spark.common import gpu_support as _gpu_support
 from horovod_spark.common.basics import (
     cross_rank,
     cross_size,
-    cuda_built,
     gloo_built,
     gloo_enabled,
     is_homogeneous,
@@ -18,7 +18,6 @@ from horovod_spark.common.basics import (
     mpi_built,
     mpi_enabled,
     mpi_threads_supported,
-    nccl_built,
     rank,
     size,
     start_timeline,
@@ -67,6 +66,21 @@ from horovod_spark.torch.compression import Compression
 
 def _not_built():
     return False
+
+
+def cuda_built():
+    """True when torch was built with CUDA: collectives then take CUDA tensors (host staging)."""
+    return _gpu_support.cuda_built("torch")
+
+
+def nccl_built():
+    """False: CUDA tensors take host staging, there is no NCCL data plane (common/gpu_support.py)."""
+    return _gpu_support.nccl_built("torch")
+
+
+def gpu_available():
+    """True when torch was built with CUDA and this process sees a CUDA device."""
+    return _gpu_support.gpu_available("torch")
 
 
 # Horovod exposes these build queries too; this core has none of those backends.
@@ -159,7 +173,7 @@ def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=A
 __all__ = [
     "init", "shutdown", "is_initialized", "is_homogeneous", "size", "rank", "local_size", "local_rank",
     "cross_size", "cross_rank", "mpi_threads_supported", "mpi_enabled", "mpi_built", "gloo_enabled",
-    "gloo_built", "nccl_built", "cuda_built", "ddl_built", "ccl_built", "rocm_built", "start_timeline",
+    "gloo_built", "nccl_built", "cuda_built", "gpu_available", "ddl_built", "ccl_built", "rocm_built", "start_timeline",
     "stop_timeline", "ProcessSet", "global_process_set", "add_process_set", "remove_process_set",
     "Average", "Sum", "Adasum", "Min", "Max", "Product", "Compression", "HorovodInternalError",
     "allreduce", "allreduce_", "allreduce_async", "allreduce_async_", "grouped_allreduce",

@@ -1,0 +1,37 @@
+"""The device a training rank uses, and the one line that says when use_gpu=True found no GPU.
+
+The GPU itself is chosen by ``horovod_spark.spark.gpus.rank_gpu`` (Spark's task resources, then
+CUDA_VISIBLE_DEVICES, then the local rank). A rank without a CUDA device trains on CPU; rank 0
+then prints one line for the whole job, so a CPU cluster running with the default use_gpu=True
+learns it once, not once per rank or per step.
+"""
+import sys
+
+NO_GPU_LINE = ("horovod_spark: use_gpu=True, but %d of %d rank(s) see no CUDA device (%s); they train on "
+               "CPU. Set use_gpu=False to train on CPU without this line.")
+
+
+def report_cpu_fallback(hvd, without_gpu: bool, why: str, out=None) -> int:
+    """Collective (every rank calls it when use_gpu=True): how many ranks lack a GPU; rank 0 prints
+    ``NO_GPU_LINE`` when any does."""
+    missing = sum(1 for flag in hvd.allgather_object(bool(without_gpu), name="estimator.gpu_missing") if flag)
+    if missing and hvd.rank() == 0:
+        stream = out if out is not None else sys.stderr
+        stream.write(NO_GPU_LINE % (missing, hvd.size(), why) + "\n")
+        stream.flush()
+    return missing
+
+
+def torch_device(use_gpu: bool, hvd):
+    """The torch device this rank trains on (set as the current CUDA device when it is one)."""
+    import torch
+    if not use_gpu:
+        return torch.device("cpu")
+    from horovod_spark.spark.gpus import rank_gpu
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    index = rank_gpu(hvd.local_rank(), count)
+    report_cpu_fallback(hvd, index is None, "torch.cuda.is_available() is False there")
+    if index is None:
+        return torch.device("cpu")
+    torch.cuda.set_device(index)
+    return torch.device("cuda", index)

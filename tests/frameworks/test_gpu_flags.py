@@ -1,0 +1,64 @@
+"""cuda_built / nccl_built / gpu_available and ``--check-build`` tell what this installation can do.
+
+Each expectation is derived from the installed frameworks themselves, so the tests hold on a CPU
+machine and on a GPU one.
+"""
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import horovod_spark.torch as hvd
+from horovod_spark.common import basics, gpu_support
+
+
+def test_torch_flags_follow_the_installed_torch():
+    assert hvd.cuda_built() is (torch.version.cuda is not None)
+    assert hvd.gpu_available() is (hvd.cuda_built() and torch.cuda.is_available())
+    assert hvd.nccl_built() is False  # no NCCL data plane: CUDA tensors take host staging
+
+
+def test_tensorflow_flags_follow_the_installed_tensorflow():
+    tf = pytest.importorskip("tensorflow")
+    import horovod_spark.keras as hvd_keras
+    import horovod_spark.tensorflow as hvd_tf
+
+    assert hvd_tf.cuda_built() is bool(tf.test.is_built_with_cuda())
+    assert hvd_tf.gpu_available() is (hvd_tf.cuda_built() and bool(tf.config.list_physical_devices("GPU")))
+    assert hvd_tf.nccl_built() is False
+    assert hvd_keras.cuda_built is hvd_tf.cuda_built
+
+
+def test_the_common_flags_answer_for_any_installed_framework():
+    expected = any(gpu_support.cuda_built(name) for name in gpu_support.FRAMEWORKS)
+    assert basics.cuda_built() is expected
+    assert basics.gpu_available() is any(gpu_support.device_count(n) > 0 for n in gpu_support.FRAMEWORKS)
+    assert basics.nccl_built() is False
+
+
+def test_an_unknown_framework_is_refused_by_name():
+    with pytest.raises(ValueError, match="framework must be one of torch, tensorflow or None, got 'mxnet'"):
+        gpu_support.cuda_built("mxnet")
+
+
+def test_collectives_accept_cuda_tensors_exactly_when_cuda_is_built():
+    from horovod_spark.torch import _buffers
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="CPU and CUDA tensors; got a tensor on meta"):
+            _buffers.check_tensor(torch.empty(2, device="meta"))
+    else:
+        assert _buffers.check_tensor(torch.empty(2, device="cuda")) == "float32"
+
+
+def test_check_build_prints_what_the_installation_has():
+    done = subprocess.run([sys.executable, "-m", "horovod_spark.launcher", "--check-build"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert "Available Frameworks:" in out and "Available Tensor Operations:" in out
+    assert "    [X] PyTorch" in out
+    assert "    [ ] NCCL" in out
+    box = "[X]" if hvd.cuda_built() else "[ ]"
+    assert "    %s CUDA tensors in PyTorch (host staging)" % box in out
+    assert done.stderr == "", "--check-build wrote to stderr: %r" % done.stderr
