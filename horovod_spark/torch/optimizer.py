@@ -12,6 +12,7 @@ import torch
 
 from horovod_spark.common.process_sets import global_process_set
 from horovod_spark.torch._handles import synchronize
+from horovod_spark.torch._optimizer_hooks import TOO_MANY_PASSES, ZERO_GRAD_RACE, on_grad_ready
 from horovod_spark.torch._reduce_ops import (
     Adasum,
     Average,
@@ -23,10 +24,6 @@ from horovod_spark.torch.compression import Compression
 from horovod_spark.torch.optimizer_adasum import adasum_optimizer
 from horovod_spark.torch.optimizer_groups import form_groups, validate_groups
 
-_TOO_MANY_PASSES = ("Gradients were computed more than backward_passes_per_step times before call to "
-                    "step(). Increase backward_passes_per_step to accumulate gradients locally.")
-_ZERO_GRAD_RACE = ("optimizer.zero_grad() was called after loss.backward() but before optimizer.step() "
-                   "or optimizer.synchronize(). This is prohibited as it can cause a race condition.")
 _STEP_AFTER_SYNC = ("optimizer.step() called without optimizer.skip_synchronize() context after "
                     "optimizer.synchronize(). This can cause training slowdown. You may want to consider "
                     "using optimizer.skip_synchronize() context if you use optimizer.synchronize() in "
@@ -63,15 +60,6 @@ def parameter_names(param_groups, named_parameters):
                          "named. Python object ids: %s" % ", ".join(str(i) for i in unnamed))
     return {p: name for name, p in named_parameters}
 
-
-def _on_grad_ready(optimizer_ref, param):
-    # A weak reference: hooks live on the parameters, which may outlive this optimizer; once it
-    # is collected its hooks fall silent instead of launching allreduces nobody waits for.
-    def hook(_param):
-        optimizer = optimizer_ref()
-        if optimizer is not None:
-            optimizer._grad_ready(param)
-    return hook
 
 
 class _GradGroup:
@@ -130,7 +118,7 @@ class _DistributedOptimizer:
     def _watch(self, p):
         self._requires_update.append(p)
         self._units = None
-        handle = p.register_post_accumulate_grad_hook(_on_grad_ready(weakref.ref(self), p))
+        handle = p.register_post_accumulate_grad_hook(on_grad_ready(weakref.ref(self), p))
         weakref.finalize(self, handle.remove)
 
     def add_param_group(self, param_group):
@@ -198,7 +186,7 @@ class _DistributedOptimizer:
     def _grad_ready(self, p):
         delay = self._allreduce_delay[p]
         if delay <= 0:
-            raise AssertionError(_TOO_MANY_PASSES)
+            raise AssertionError(TOO_MANY_PASSES)
         grad = p.grad
         if grad is not None and grad.requires_grad:
             raise AssertionError("gradient of %s requires grad; DistributedOptimizer cannot average "
@@ -295,7 +283,7 @@ class _DistributedOptimizer:
 
     def zero_grad(self, set_to_none=True):
         if self._handles:
-            raise AssertionError(_ZERO_GRAD_RACE)
+            raise AssertionError(ZERO_GRAD_RACE)
         return super().zero_grad(set_to_none=set_to_none)
 
     def load_state_dict(self, state_dict):

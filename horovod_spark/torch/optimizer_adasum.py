@@ -20,22 +20,9 @@ import torch
 
 from horovod_spark.common.process_sets import global_process_set
 from horovod_spark.torch._handles import synchronize
+from horovod_spark.torch._optimizer_hooks import TOO_MANY_PASSES, ZERO_GRAD_RACE, on_grad_ready
 from horovod_spark.torch._reduce_ops import Adasum, allreduce_async_
 from horovod_spark.torch.compression import Compression
-
-_TOO_MANY_PASSES = ("Gradients were computed more than backward_passes_per_step times before call to "
-                    "step(). Increase backward_passes_per_step to accumulate gradients locally.")
-_ZERO_GRAD_RACE = ("optimizer.zero_grad() was called after loss.backward() but before optimizer.step() "
-                   "or optimizer.synchronize(). This is prohibited as it can cause a race condition.")
-
-
-def _on_grad_ready(optimizer_ref, param):
-    # A weak reference, as in DistributedOptimizer: hooks outlive a collected optimizer silently.
-    def hook(_param):
-        optimizer = optimizer_ref()
-        if optimizer is not None:
-            optimizer._grad_ready(param)
-    return hook
 
 
 class _DistributedAdasumOptimizer:
@@ -62,7 +49,7 @@ class _DistributedAdasumOptimizer:
     def _watch(self, p):
         self._requires_update.append(p)
         self._starting_models[p] = torch.zeros_like(p, requires_grad=False)
-        handle = p.register_post_accumulate_grad_hook(_on_grad_ready(weakref.ref(self), p))
+        handle = p.register_post_accumulate_grad_hook(on_grad_ready(weakref.ref(self), p))
         weakref.finalize(self, handle.remove)
 
     def set_backward_passes_per_step(self, passes):
@@ -72,7 +59,7 @@ class _DistributedAdasumOptimizer:
 
     def _grad_ready(self, p):
         if self._allreduce_delay[p] <= 0:
-            raise AssertionError(_TOO_MANY_PASSES)
+            raise AssertionError(TOO_MANY_PASSES)
         self._allreduce_delay[p] -= 1
         self._handles[p] = self._launch(p) if self._allreduce_delay[p] == 0 else (None, None)
 
@@ -137,7 +124,7 @@ class _DistributedAdasumOptimizer:
 
     def zero_grad(self, set_to_none=True):
         if self._handles:
-            raise AssertionError(_ZERO_GRAD_RACE)
+            raise AssertionError(ZERO_GRAD_RACE)
         return super().zero_grad(set_to_none=set_to_none)
 
     def load_state_dict(self, state_dict):
