@@ -93,7 +93,7 @@ def test_adasum(binaries):
     _run(binaries["adasum"], timeout=300)
 
 
-@pytest.mark.parametrize("scenario", ["collectives", "cached_lane", "join", "process_sets", "threads", "failures",
+@pytest.mark.parametrize("scenario", ["collectives", "hierarchical", "cached_lane", "join", "process_sets", "threads", "failures",
                                       "links", "death"])
 def test_engine(binaries, scenario, tmp_path):
     """The whole engine, ranks as threads (death: rank processes, one of which dies), exact results."""
