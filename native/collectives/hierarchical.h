@@ -35,11 +35,11 @@ struct HostLayout {
   int my_local = 0;   // my index within hosts[my_host]
   int lanes = 0;      // members of the smallest host: the number of cross-host allreduces
   bool in_rank_order = true;  // hosts[0], hosts[1], ... concatenated are 0, 1, ..., n-1
-  // Whether the two-level algorithms run, given the setting (HOROVOD_HIERARCHICAL_*): never on one
-  // host or with one rank per host (nothing to gain: it is the flat algorithm plus copies); when
-  // switched on, on any other placement; automatically, when there are several hosts and every one
-  // holds more than one rank (on uneven hosts with a single-rank host the one lane would carry the
-  // whole buffer across hosts through that rank, which gains little over the flat ring).
+  // Whether the two-level algorithms run, given the setting (HOROVOD_HIERARCHICAL_ALLREDUCE or
+  // HOROVOD_HIERARCHICAL_ALLGATHER). Never on one host or with one rank per host (nothing to gain:
+  // it is the flat algorithm plus copies); when switched on, on any other placement; automatically,
+  // when there are several hosts and every one holds more than one rank (with a single-rank host
+  // the one lane carries the whole buffer across hosts through that rank: little gain over flat).
   bool applies(Switch setting) const;
 };
 

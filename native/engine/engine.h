@@ -115,7 +115,8 @@ class Engine {
   void loop();
   std::unique_ptr<Group> make_group(const std::vector<int32_t>& ranks);
   // host_groups.cc: the two-level groups of a set of ranks (null where neither collective uses
-  // them); every rank takes rank 0's HOROVOD_HIERARCHICAL_* settings, so all choose alike.
+  // them); every rank takes rank 0's HOROVOD_HIERARCHICAL_ALLREDUCE and HOROVOD_HIERARCHICAL_ALLGATHER,
+  // so that all choose alike.
   void agree_on_hierarchy();
   void add_group(int32_t process_set, const std::vector<int32_t>& ranks);
   void remove_group(int32_t process_set);
