@@ -91,7 +91,7 @@ void reductions(Rank& k) {
                              DataType::kFloat16, DataType::kBFloat16, DataType::kFloat32, DataType::kFloat64};
   for (DataType dt : dtypes)
     for (size_t count : {size_t(0), size_t(1), size_t(7), size_t(40000), size_t(300001)}) {
-      if (hs::dtype_size(dt) == 1 && count > 40000) continue;
+      if (count > 40000 && dt != DataType::kFloat32) continue;  // (the bidirectional rings: one dtype is enough)
       const size_t es = hs::dtype_size(dt);
       std::vector<uint8_t> in(count * es), out(count * es);
       for (size_t i = 0; i < count; ++i) set_element(in, dt, i, value(r, i));
@@ -106,7 +106,7 @@ void reductions(Rank& k) {
       k.expect(bad == 0, name + ": " + std::to_string(bad) + " wrong elements");
     }
   for (ReduceOp op : {ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProduct}) {
-    std::vector<int32_t> v(100001);
+    std::vector<int32_t> v(30001);
     for (size_t i = 0; i < v.size(); ++i) v[i] = r + 1 + int(i % 3);
     auto req = Rank::request(OpType::kAllreduce, std::string("h.op.") + hs::reduce_op_name(op), v.data(), v.data(),
                              DataType::kInt32, {int64_t(v.size())});
@@ -189,7 +189,7 @@ void gathers(Rank& k, int32_t process_set, const std::vector<int>& members) {
 
 // An inexact float sum: the ranks' results must agree bit for bit.
 void same_bits(Rank& k, std::vector<std::vector<float>>& results) {
-  std::vector<float> v(200003);
+  std::vector<float> v(70001);
   for (size_t i = 0; i < v.size(); ++i) v[i] = std::sin(float(i) * 0.37f + float(k.rank()));
   if (!k.succeeded(k.run(Rank::request(OpType::kAllreduce, "h.bits", v.data(), v.data(), DataType::kFloat32,
                                        {int64_t(v.size())})),
