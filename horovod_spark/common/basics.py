@@ -211,6 +211,28 @@ def stop_timeline() -> None:
         _core.stop_timeline()
 
 
+def _process_set_id(process_set) -> int:
+    if process_set is None:
+        return 0
+    return process_set if isinstance(process_set, int) else process_set._require_id()
+
+
+def hierarchical_allreduce_enabled(process_set=None) -> bool:
+    """Whether allreduce in ``process_set`` (a ProcessSet or its id; default: every rank) runs in two
+    levels, within hosts and across them (``HOROVOD_HIERARCHICAL_ALLREDUCE`` and the placement
+    decide; docs/configuration.md). False on a rank outside the set."""
+    if not is_initialized():
+        raise ValueError("call hvd.init() before hierarchical_allreduce_enabled()")
+    return bool(_core.hierarchical(_process_set_id(process_set))["allreduce"])
+
+
+def hierarchical_allgather_enabled(process_set=None) -> bool:
+    """As hierarchical_allreduce_enabled(), for allgather (``HOROVOD_HIERARCHICAL_ALLGATHER``)."""
+    if not is_initialized():
+        raise ValueError("call hvd.init() before hierarchical_allgather_enabled()")
+    return bool(_core.hierarchical(_process_set_id(process_set))["allgather"])
+
+
 def config() -> dict:
     """The core's settings as read from the environment (HOROVOD_FUSION_THRESHOLD, ...)."""
     return _core.config()

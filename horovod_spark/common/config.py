@@ -109,6 +109,10 @@ CORE_FLAG = Kind("0, false or no to turn it off; any other value turns it on",
                  lambda text: text not in ("0", "false", "False", "FALSE", "no"),
                  lambda value: "on" if value else "off")
 
+# A CORE_FLAG that may also be left to the core (native/common/config.cc env_switch): unset or auto.
+CORE_SWITCH = Kind("auto (or unset) to let the core choose; 0, false or no to turn it off; any other value turns "
+                   "it on", lambda text: "auto" if text == "auto" else "on" if CORE_FLAG.parse(text) else "off")
+
 
 def choice(*words: str, synonyms: Optional[Mapping[str, str]] = None) -> Kind:
     """One of ``words`` (any letter case); ``synonyms`` maps further accepted words onto them."""
@@ -280,6 +284,15 @@ SHM_RING_BYTES = _define("HOROVOD_SHM_RING_BYTES", core_number(65536, "bytes"), 
                          read_by=CORE)
 SPECULATIVE_ALLREDUCE = _define("HOROVOD_SPECULATIVE_ALLREDUCE", CORE_FLAG, True, "Let small synchronous "
                                 "allreduces seen before skip negotiation.", read_by=CORE)
+_TWO_LEVELS = (" in two levels: within each host over shared memory, then across hosts, then within each host "
+               "again. auto chooses it for a job or process set on several hosts that each hold more than one of "
+               "its ranks; on (e.g. 1) also where some host holds just one; never on one host or with one rank per "
+               "host. Rank 0's value counts for every rank; horovod_spark.common.basics.hierarchical_%s_enabled() "
+               "says what was chosen.")
+HIERARCHICAL_ALLREDUCE = _define("HOROVOD_HIERARCHICAL_ALLREDUCE", CORE_SWITCH, "auto",
+                                 "Run allreduce" + _TWO_LEVELS % "allreduce", read_by=CORE)
+HIERARCHICAL_ALLGATHER = _define("HOROVOD_HIERARCHICAL_ALLGATHER", CORE_SWITCH, "auto",
+                                 "Run allgather" + _TWO_LEVELS % "allgather", read_by=CORE)
 
 # -- horovod_spark.run on the Spark driver ---------------------------------------------------------
 SPARK_START_TIMEOUT = _define("HOROVOD_SPARK_START_TIMEOUT", seconds(0, above=True, example="600"), 600.0,

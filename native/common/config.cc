@@ -28,7 +28,16 @@ bool env_flag(const char* name) {
   std::string s(v);
   return !(s == "0" || s == "false" || s == "False" || s == "FALSE" || s == "no");
 }
+
+// A flag read as env_flag reads it, except that unset or "auto" leaves the choice to the core.
+Switch env_switch(const char* name) {
+  const char* v = env(name);
+  if (!v || std::string(v) == "auto") return Switch::kAuto;
+  return env_flag(name) ? Switch::kOn : Switch::kOff;
+}
 }  // namespace
+
+const char* Config::switch_name(Switch s) { return s == Switch::kAuto ? "auto" : s == Switch::kOn ? "on" : "off"; }
 
 Config Config::from_env() {
   Config c;
@@ -50,6 +59,8 @@ Config Config::from_env() {
   c.shm_ring_bytes =
       static_cast<size_t>(env_number("HOROVOD_SHM_RING_BYTES", static_cast<double>(c.shm_ring_bytes), 65536));
   c.shm_ring_bytes = c.shm_ring_bytes / 4096 * 4096;
+  c.hierarchical_allreduce = env_switch("HOROVOD_HIERARCHICAL_ALLREDUCE");
+  c.hierarchical_allgather = env_switch("HOROVOD_HIERARCHICAL_ALLGATHER");
   return c;
 }
 

@@ -7,6 +7,9 @@
 
 namespace hs {
 
+// A setting that is on, off, or left to the core to decide (unset or "auto").
+enum class Switch { kAuto, kOff, kOn };
+
 struct Config {
   size_t fusion_threshold = size_t(128) << 20;  // HOROVOD_FUSION_THRESHOLD (bytes)
   double cycle_time_ms = 1.0;                   // HOROVOD_CYCLE_TIME: longest idle sleep
@@ -22,8 +25,11 @@ struct Config {
   bool shm_disable = false;                     // HOROVOD_SHM_DISABLE
   size_t shm_ring_bytes = size_t(4) << 20;      // HOROVOD_SHM_RING_BYTES
   bool speculative_allreduce = true;            // HOROVOD_SPECULATIVE_ALLREDUCE (0 disables)
+  Switch hierarchical_allreduce = Switch::kAuto;  // HOROVOD_HIERARCHICAL_ALLREDUCE (rule: HostLayout::applies)
+  Switch hierarchical_allgather = Switch::kAuto;  // HOROVOD_HIERARCHICAL_ALLGATHER
 
   static Config from_env();  // throws std::invalid_argument naming the bad variable
+  static const char* switch_name(Switch s);  // "auto", "off", "on"
 };
 
 }  // namespace hs

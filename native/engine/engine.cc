@@ -49,7 +49,8 @@ void Engine::start(const std::vector<PeerAddress>& peers, const std::string& job
   opt.shm_data_ring_bytes = cfg_.shm_ring_bytes;
   opt.disable_shm = cfg_.shm_disable;
   transport_.connect(peers, opt);
-  groups_[0] = make_group(process_sets_[0]);
+  agree_on_hierarchy();
+  add_group(0, process_sets_[0]);
   peer_specs_.assign(size_, {});
   if (rank_ == 0) coordinator_.reset(new Coordinator(size_, cfg_));
   if (rank_ == 0 && !cfg_.timeline_path.empty()) timeline_.start(cfg_.timeline_path, cfg_.timeline_mark_cycles);
@@ -364,7 +365,10 @@ int32_t Engine::cached_id(const TensorRequest& req) const {
 
 bool Engine::try_speculate(const TensorRequest& req, int32_t cache_id) {
   const RequestMeta& m = req.meta;
-  if (!cfg_.speculative_allreduce || mpi_comm_ || size_ < 2 || spec_.active || !entries_.empty()) return false;
+  // (A two-level allreduce cannot take inputs sent early to every peer: no speculation there.)
+  if (!cfg_.speculative_allreduce || mpi_comm_ || size_ < 2 || spec_.active || !entries_.empty() ||
+      host_groups(0, OpType::kAllreduce))
+    return false;
   if (m.type != OpType::kAllreduce || m.process_set != 0 || !req.members.empty() || m.prescale != 1.0 ||
       m.op == ReduceOp::kAdasum)
     return false;

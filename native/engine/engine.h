@@ -16,6 +16,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "collectives/hierarchical.h"
 #include "common/config.h"
 #include "engine/coordinator.h"
 #include "engine/handle_table.h"
@@ -88,6 +89,9 @@ class Engine {
   void check_names_free(int32_t process_set, const std::vector<std::string>& names);
   HandleTable& handles() { return handles_; }
   bool process_set_ranks(int32_t id, std::vector<int32_t>* ranks);
+  // Whether collectives of `type` (allreduce, allgather) in this process set run in two levels
+  // (collectives/hierarchical.h); false for a set this rank is not in.
+  bool hierarchical(int32_t process_set, OpType type);
   std::vector<int32_t> process_set_ids();
   Timeline& timeline() { return timeline_; }
   const Config& config() const { return cfg_; }
@@ -102,12 +106,25 @@ class Engine {
     std::atomic<int64_t> scattered_allreduces{0};  // fused allreduces run with no fusion-buffer copy
     std::atomic<int64_t> speculative_sent{0};  // small allreduces whose input left before negotiation
     std::atomic<int64_t> speculative_done{0};  // ... that then completed with no response at all
+    std::atomic<int64_t> hierarchical_allreduces{0};  // allreduces run in two levels (hierarchical.h)
+    std::atomic<int64_t> hierarchical_allgathers{0};  // allgathers run in two levels
   };
   Stats& stats() { return stats_; }
 
  private:
   void loop();
   std::unique_ptr<Group> make_group(const std::vector<int32_t>& ranks);
+  // host_groups.cc: the two-level groups of a set of ranks (null where neither collective uses
+  // them); every rank takes rank 0's HOROVOD_HIERARCHICAL_ALLREDUCE and HOROVOD_HIERARCHICAL_ALLGATHER,
+  // so that all choose alike.
+  void agree_on_hierarchy();
+  void add_group(int32_t process_set, const std::vector<int32_t>& ranks);
+  void remove_group(int32_t process_set);
+  HostGroups* host_groups(int32_t process_set, OpType type);
+  // allreduce()/allgatherv() of the set's group, in two levels where host_groups() says so.
+  void reduce_all(int32_t process_set, Group& g, const void* in, void* out, size_t count, DataType dtype, ReduceOp op,
+                  double postscale);
+  void gather_all(int32_t process_set, Group& g, const void* in, void* out, const std::vector<size_t>& bytes);
   bool progress_once();  // one engine pass under progress_mu_; false when nothing moved
   bool drive_until_done(int64_t handle, double timeout_s);  // wait() with waiters_driving_ held
   bool engine_thread_needed();  // by a waiter leaving: is there work it leaves behind?
@@ -161,7 +178,7 @@ class Engine {
   // local request (rank 0 coordinating a process set it is not in).
   Doorbell handoff_{};
 
-  std::mutex queue_mu_;  // guards queue_, inflight_, failed_, gone_, process_sets_
+  std::mutex queue_mu_;  // guards queue_, inflight_, failed_, gone_, process_sets_, hierarchical_
   std::vector<TensorRequest> queue_;
   // Whether queue_ may hold requests: the engine's idle passes read it instead of taking
   // queue_mu_, which a submitting thread needs once per request.
@@ -170,11 +187,13 @@ class Engine {
   std::string failed_;
   std::set<int> gone_;
   std::map<int32_t, std::vector<int32_t>> process_sets_;
+  std::map<int32_t, std::pair<bool, bool>> hierarchical_;  // by set: (allreduce, allgather) in two levels
 
   // engine-thread state
   std::vector<TensorRequest> taken_;  // the batch take_local_requests() works on, reused
   Entries entries_;
   std::map<int32_t, std::unique_ptr<Group>> groups_;
+  std::map<int32_t, std::unique_ptr<HostGroups>> host_groups_;
   uintptr_t mpi_comm_ = 0;
   // Response-cache ids this rank knows, by tensor key; a few signatures per key (the same name
   // used with different shapes or ops), compared field by field: no serialization per request.

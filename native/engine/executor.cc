@@ -92,8 +92,8 @@ void Engine::execute(const Response& r) {
       else process_sets_.erase(r.value);
     }
     if (r.type == OpType::kAddProcessSet && std::find(r.ranks.begin(), r.ranks.end(), rank_) != r.ranks.end())
-      groups_[r.value] = make_group(r.ranks);
-    if (r.type == OpType::kRemoveProcessSet) groups_.erase(r.value);
+      add_group(r.value, r.ranks);
+    if (r.type == OpType::kRemoveProcessSet) remove_group(r.value);
     HandleResult res;
     res.value = r.value;
     return finish(key, std::move(res));
@@ -117,6 +117,7 @@ void Engine::execute(const Response& r) {
       timeline_.end(n);
       std::string act = op_type_name(r.type);
       std::transform(act.begin(), act.end(), act.begin(), ::toupper);
+      if (host_groups(r.process_set, r.type)) act = "HIERARCHICAL_" + act;
       timeline_.begin(n, act);
     }
   Group& g = *git->second;
@@ -163,7 +164,7 @@ void Engine::execute_allreduce(const Response& r, Group& g) {
     if (timeline_.active()) timeline_.begin(first, "COLLECTIVE");
     if (std::find(r.presend.begin(), r.presend.end(), rank_) != r.presend.end())
       allreduce_after_send(g, in, out, n, r.dtype, op, post);
-    else allreduce(g, in, out, n, r.dtype, op, post);
+    else reduce_all(r.process_set, g, in, out, n, r.dtype, op, post);
     if (timeline_.active()) timeline_.end(first);
     return finish(entry->first, HandleResult{});
   }
@@ -176,7 +177,10 @@ void Engine::execute_allreduce(const Response& r, Group& g) {
   // end() for a rank that joined.
   std::vector<Entries::iterator> members(r.names.size());
   for (size_t i = 0; i < r.names.size(); ++i) members[i] = entries_.find(key_of(r.process_set, r.names[i]));
-  if (total > tuning::kDirectReduceBytes && execute_allreduce_scattered(r, g, members, total, op, post)) return;
+  // (The two-level allreduce also reduces in memory, which a scattered buffer does not allow.)
+  if (total > tuning::kDirectReduceBytes && !host_groups(r.process_set, OpType::kAllreduce) &&
+      execute_allreduce_scattered(r, g, members, total, op, post))
+    return;
   if (timeline_.active())
     for (auto& n : r.names) timeline_.begin(n, "MEMCPY_IN_FUSION_BUFFER");
   // Prescaling each piece right after its copy finds it still in cache: cheaper than a second
@@ -200,7 +204,7 @@ void Engine::execute_allreduce(const Response& r, Group& g) {
       timeline_.end(n);
       timeline_.begin(n, "COLLECTIVE");
     }
-  allreduce(g, buf, buf, total / es, r.dtype, op, post);
+  reduce_all(r.process_set, g, buf, buf, total / es, r.dtype, op, post);
   if (timeline_.active())
     for (auto& n : r.names) {
       timeline_.end(n);
@@ -328,7 +332,7 @@ void Engine::execute_allgather(const Response& r, Group& g) {
   res.shape = shape.empty() ? std::vector<int64_t>{rows} : shape;
   res.shape[0] = rows;
   const void* in = it != entries_.end() ? it->second.in : nullptr;
-  allgatherv(g, in, res.data.data(), bytes);
+  gather_all(r.process_set, g, in, res.data.data(), bytes);
   finish(key, std::move(res));
 }
 

@@ -411,6 +411,16 @@ PYBIND11_MODULE(_core, m) {
     return py::cast(ranks);
   });
   m.def("process_set_ids", [] { return engine()->process_set_ids(); });
+  m.def(
+      "hierarchical",
+      [](int32_t process_set) {
+        std::shared_ptr<Engine> e = engine();
+        py::dict d;
+        d["allreduce"] = e->hierarchical(process_set, OpType::kAllreduce);
+        d["allgather"] = e->hierarchical(process_set, OpType::kAllgather);
+        return d;
+      },
+      "Whether allreduce and allgather of the process set run in two levels (within hosts, then across).");
   m.def("start_timeline", [](const std::string& path, bool mark) { engine()->timeline().start(path, mark); });
   m.def("stop_timeline", [] { engine()->timeline().stop(); });
   m.def("stats", [] {
@@ -425,6 +435,8 @@ PYBIND11_MODULE(_core, m) {
     d["scattered_allreduces"] = s.scattered_allreduces.load();
     d["speculative_sent"] = s.speculative_sent.load();
     d["speculative_done"] = s.speculative_done.load();
+    d["hierarchical_allreduces"] = s.hierarchical_allreduces.load();
+    d["hierarchical_allgathers"] = s.hierarchical_allgathers.load();
     return d;
   });
   m.def("config", [] {
@@ -444,6 +456,8 @@ PYBIND11_MODULE(_core, m) {
     d["shm_disable"] = c.shm_disable;
     d["shm_ring_bytes"] = c.shm_ring_bytes;
     d["speculative_allreduce"] = c.speculative_allreduce;
+    d["hierarchical_allreduce"] = Config::switch_name(c.hierarchical_allreduce);
+    d["hierarchical_allgather"] = Config::switch_name(c.hierarchical_allgather);
     return d;
   });
   py::register_exception<TransportError>(m, "TransportError", PyExc_RuntimeError);

@@ -40,6 +40,7 @@ class Transport {
   int rank() const { return rank_; }
   int size() const { return size_; }
   bool is_local(int peer) const { return local_index_[peer] >= 0; }
+  const std::string& host_id(int peer) const { return peers_[peer].host_id; }
   int local_rank() const { return local_index_[rank_]; }
   int local_size() const { return local_size_; }
   // More ranks on this host than CPUs this process may run on: waiting then yields the CPU at

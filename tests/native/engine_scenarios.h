@@ -5,6 +5,7 @@
 namespace hs_test {
 
 void scenario_collectives();    // engine_collectives.cc
+void scenario_hierarchical();   // engine_hierarchical.cc
 void scenario_cached_lane();    // engine_negotiation.cc
 void scenario_join();           // engine_negotiation.cc
 void scenario_process_sets();   // engine_negotiation.cc

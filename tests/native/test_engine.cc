@@ -35,6 +35,7 @@ int main(int argc, char** argv) {
   }
   const std::vector<Scenario> scenarios = {
       {"collectives", hs_test::scenario_collectives, 300},
+      {"hierarchical", hs_test::scenario_hierarchical, 300},
       {"cached_lane", hs_test::scenario_cached_lane, 300},
       {"join", hs_test::scenario_join, 300},
       {"process_sets", hs_test::scenario_process_sets, 300},

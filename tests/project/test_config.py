@@ -136,6 +136,8 @@ CORE_KEYS = {
     "HOROVOD_TIMELINE_MARK_CYCLES": "timeline_mark_cycles", "HOROVOD_DATA_TIMEOUT_SECONDS": "data_timeout_seconds",
     "HOROVOD_START_TIMEOUT": "start_timeout_seconds", "HOROVOD_SHM_DISABLE": "shm_disable",
     "HOROVOD_SHM_RING_BYTES": "shm_ring_bytes", "HOROVOD_SPECULATIVE_ALLREDUCE": "speculative_allreduce",
+    "HOROVOD_HIERARCHICAL_ALLREDUCE": "hierarchical_allreduce",
+    "HOROVOD_HIERARCHICAL_ALLGATHER": "hierarchical_allgather",
 }
 
 
@@ -159,7 +161,7 @@ def test_core_defaults_are_the_documented_ones(monkeypatch):
 @pytest.mark.parametrize("text", ["abc", "-1", "0", "0.5", "1", "5", "1e3", "70000", "2.5x"])
 def test_python_and_the_core_accept_the_same_numbers(monkeypatch, text):
     for variable in _core_variables():
-        if variable.kind in (config.CORE_FLAG,) or variable.name == "HOROVOD_TIMELINE":
+        if variable.kind in (config.CORE_FLAG, config.CORE_SWITCH) or variable.name == "HOROVOD_TIMELINE":
             continue
         monkeypatch.setenv(variable.name, text)
         try:
@@ -176,10 +178,10 @@ def test_python_and_the_core_accept_the_same_numbers(monkeypatch, text):
         monkeypatch.delenv(variable.name)
 
 
-@pytest.mark.parametrize("text", ["1", "0", "false", "False", "FALSE", "no", "yes", "off", "NO"])
+@pytest.mark.parametrize("text", ["1", "0", "false", "False", "FALSE", "no", "yes", "off", "NO", "auto", "Auto"])
 def test_python_reads_core_flags_as_the_core_does(monkeypatch, text):
     for variable in _core_variables():
-        if variable.kind is config.CORE_FLAG:
+        if variable.kind in (config.CORE_FLAG, config.CORE_SWITCH):
             monkeypatch.setenv(variable.name, text)
             assert _core.config()[CORE_KEYS[variable.name]] == variable.get(), (variable.name, text)
 
