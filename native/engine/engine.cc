@@ -557,7 +557,21 @@ void Engine::check_health(bool coordinator) {
   }
   for (int g : gone) {
     std::lock_guard<std::mutex> l(queue_mu_);
-    gone_.insert(g);
+    gone_.insert(g);  // new requests that need it are refused from now on
+    departing_.emplace_back(g, now);
+  }
+  // What a rank sent before its goodbye (the response that completes a last collective, say)
+  // travels on other links than the goodbye and may land after it: pending work waits out a grace,
+  // during which this loop keeps taking responses, before it is failed.
+  constexpr int64_t kDepartureGraceUs = 500000;
+  gone.clear();
+  for (auto it = departing_.begin(); it != departing_.end();) {
+    if (now - it->second < kDepartureGraceUs) {
+      ++it;
+      continue;
+    }
+    gone.push_back(it->first);
+    it = departing_.erase(it);
   }
   if (gone.empty()) return;
   // Pending tensors that need a rank that left can never complete.

@@ -231,6 +231,8 @@ class Engine {
   std::vector<std::deque<std::pair<int32_t, int64_t>>> peer_specs_;  // (cache id, op number) by peer
   int64_t op_seq_ = 0;
   int64_t last_health_check_us_ = 0, last_stall_check_us_ = 0;
+  // Ranks that said goodbye, with when it was seen: their pending work fails after a grace.
+  std::vector<std::pair<int, int64_t>> departing_;
   Stats stats_;
 };
 
