@@ -15,8 +15,9 @@ Ops added (all arguments are plain wire values; nothing is unpickled):
   mpi_exec(rank, argv, env) / mpi_done(rank, seq, returncode) / mpi_wait(rank, seq, timeout)
 """
 import time
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
+from horovod_spark.common import config
 from horovod_spark.common.kv_server import KVStoreServer, RequestError
 from horovod_spark.common.rendezvous import note_rank_exit
 
@@ -33,6 +34,15 @@ def _need_timeout(value) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
         raise RequestError("timeout must be a non-negative number, got %r" % (value,))
     return float(value)
+
+
+def service_bind_address(spark_bind_address: Optional[str], driver_addrs: Sequence[str]) -> str:
+    """Where the driver service listens: every interface only when the user asks for it
+    (HOROVOD_SPARK_BIND_ANY), else Spark's own spark.driver.bindAddress when set, else the address
+    the executors are told to dial, so the service is not reachable on interfaces the job does not use."""
+    if config.BIND_ANY.get():
+        return "0.0.0.0"
+    return spark_bind_address or driver_addrs[0]
 
 
 _INFO_FIELDS = {"host": str, "addr": str, "pid": int, "executor": str, "attempt_id": int,
