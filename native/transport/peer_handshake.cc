@@ -142,6 +142,7 @@ void accept_peers(int listen_fd, int my_rank, int size, int num_channels, const 
                   int timeout_ms, const std::function<bool(int, int, int)>& take,
                   const std::function<std::string()>& missing) {
   const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+  set_nonblocking(listen_fd);  // accept() below takes what is queued and must never wait
   std::vector<Pending> pending;
   Refusals refused;
   auto drop = [&](Pending& p, const std::string& why) {
