@@ -30,8 +30,9 @@ class KVClient:
     """``KVClient(addr, port, key)``: ``put``/``get``/``get_many`` against a ``KVStoreServer``.
 
     ``io_timeout`` bounds connecting and every non-blocking request; blocking gets add their own
-    ``timeout``. ``tls``: connect through TLS (default: ``HOROVOD_SPARK_TLS``). A request that fails because the connection dropped (e.g. the server closed it
-    after idling) is retried once on a fresh connection, so server handlers must tolerate a repeat.
+    ``timeout``. ``tls``: connect through TLS (default: ``HOROVOD_SPARK_TLS``). A request that
+    fails because the connection dropped (e.g. the server closed it after idling) is retried once
+    on a fresh connection, so server handlers must tolerate a repeat.
     """
 
     def __init__(self, addr: str, port: int, key: bytes, io_timeout: float = wire.DEFAULT_IO_TIMEOUT,

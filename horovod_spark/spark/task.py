@@ -38,7 +38,7 @@ class TaskSpec:
     job_id: str
     driver_addrs: List[str]
     port: int
-    key: bytes
+    key: bytes = field(repr=False)  # the job secret: never in a log line or a traceback
     num_proc: int
     call: bytes
     start_timeout: float

@@ -54,8 +54,7 @@ void compress(uint32_t state[8], const uint8_t block[64]) {
 }  // namespace
 
 Digest sha256(const uint8_t* data, size_t n) {
-  uint32_t state[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
-                       0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
+  uint32_t state[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
   size_t full = n / 64;
   for (size_t i = 0; i < full; ++i) compress(state, data + 64 * i);
   // The tail, the 0x80 marker and the 64-bit bit length fill one or two final blocks.

@@ -365,8 +365,10 @@ PyMethodDef g_enqueue_allreduce_def =
 
 PYBIND11_MODULE(_core, m) {
   m.doc() = "horovod_spark native collective core";
-  m.def("create", &create, "Create the engine and listen for peers on bind_host ('' for every interface); "
-        "returns the port.", py::arg("rank"), py::arg("size"), py::arg("bind_host") = "");
+  m.def("create", &create,
+        "Create the engine and listen for peers on bind_host ('' for every interface); "
+        "returns the port.",
+        py::arg("rank"), py::arg("size"), py::arg("bind_host") = "");
   m.def("start", &start, "Connect to every peer and start the engine thread.", py::arg("peers"), py::arg("token"),
         py::arg("mpi_comm") = 0);
   m.def("uses_mpi", [] { return engine()->uses_mpi(); });

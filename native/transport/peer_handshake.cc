@@ -126,13 +126,15 @@ void prove_to_peer(const OutgoingPeer& out, int my_rank, const std::string& toke
   try {
     recv_all(out.fd, challenge, sizeof challenge, timeout_ms, "waiting for " + who + " to answer our handshake");
   } catch (const TransportError& e) {
-    throw TransportError(std::string(e.what()) + " (" + who + " must accept connections from this rank; a peer "
+    throw TransportError(std::string(e.what()) + " (" + who +
+                         " must accept connections from this rank; a peer "
                          "that refuses our proof holds another job's secret)");
   }
   const uint8_t* acceptor_nonce = challenge;
   Digest expected = handshake_mac(token, "acceptor", out.nonce, acceptor_nonce, my_rank, out.channel);
   if (!digests_equal(expected.data(), challenge + kNonce, 32))
-    throw TransportError("the process listening at " + who + "'s address did not prove it belongs to this job "
+    throw TransportError("the process listening at " + who +
+                         "'s address did not prove it belongs to this job "
                          "(another job's rank, or a stale address): refusing to connect");
   Digest proof = handshake_mac(token, "connector", out.nonce, acceptor_nonce, my_rank, out.channel);
   send_all(out.fd, proof.data(), proof.size(), timeout_ms, "proving this rank to " + who);
@@ -158,7 +160,8 @@ void accept_peers(int listen_fd, int my_rank, int size, int num_channels, const 
                              " to connect to rank " + std::to_string(my_rank) + refused.describe());
       auto wake = deadline;
       for (auto& p : pending) {
-        if (p.deadline <= now) drop(p, "no complete handshake within " + std::to_string(kPeerHandshakeMs / 1000) + " s");
+        if (p.deadline <= now)
+          drop(p, "no complete handshake within " + std::to_string(kPeerHandshakeMs / 1000) + " s");
         else wake = std::min(wake, p.deadline);
       }
       pending.erase(std::remove_if(pending.begin(), pending.end(), [](const Pending& p) { return p.fd < 0; }),
@@ -167,7 +170,8 @@ void accept_peers(int listen_fd, int my_rank, int size, int num_channels, const 
       for (auto& p : pending) fds.push_back({p.fd, POLLIN, 0});
       int ms = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(wake - now).count()) + 1;
       int r = poll(fds.data(), fds.size(), ms);
-      if (r < 0 && errno != EINTR) throw TransportError(std::string("poll() on the peer port: ") + std::strerror(errno));
+      if (r < 0 && errno != EINTR)
+        throw TransportError(std::string("poll() on the peer port: ") + std::strerror(errno));
       if (r <= 0) continue;
       for (size_t i = 1; i < fds.size(); ++i) {
         if (!fds[i].revents) continue;

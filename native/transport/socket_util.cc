@@ -59,8 +59,8 @@ int tcp_listen(const std::string& host, int* port) {
   if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 || listen(fd, 128) != 0) {
     int e = errno;
     close(fd);
-    throw TransportError("cannot listen for peers on " + (host.empty() ? std::string("every interface") : host) +
-                         ": " + std::strerror(e) +
+    throw TransportError("cannot listen for peers on " + (host.empty() ? std::string("every interface") : host) + ": " +
+                         std::strerror(e) +
                          (e == EADDRNOTAVAIL ? " (not an address of this host; HOROVOD_ADVERTISE_ADDR or "
                                                "HOROVOD_GLOO_IFACE name it, HOROVOD_SPARK_BIND_ANY=1 listens on "
                                                "every interface)"

@@ -89,8 +89,8 @@ void Transport::connect(const std::vector<PeerAddress>& peers, const TransportOp
   try {
     for (int peer = 0; peer < rank_; ++peer)
       for (int ch = 0; ch < channels_for(peer); ++ch)
-        outgoing.push_back(greet_peer(peers[peer].host, peers[peer].port, rank_, peer, ch, opt.connect_timeout_ms,
-                                      describe(peer)));
+        outgoing.push_back(
+            greet_peer(peers[peer].host, peers[peer].port, rank_, peer, ch, opt.connect_timeout_ms, describe(peer)));
     for (auto& out : outgoing) {
       prove_to_peer(out, rank_, opt.job_token, opt.connect_timeout_ms, describe(out.peer));
       slot_of(out.peer, out.channel) = out.fd;
