@@ -237,6 +237,8 @@ class KVStoreServer:
                 except OSError as exc:
                     backoff = min(1.0, max(0.05, backoff * 2))
                     if exc.errno in _FD_EXHAUSTED:
+                        # The oldest connection still in the handshake gives its descriptor back.
+                        self._evict_pending(keep=0, at_most=1)
                         self._log_refusal("KV service: cannot accept a connection: %s; trying again in %.2f s "
                                           "(raise the open-file limit, ulimit -n)", exc, backoff)
                     else:
@@ -268,10 +270,7 @@ class KVStoreServer:
                                   "stopping" if self._stopping else "%d connections open" % len(self._conns))
                 sock.close()
                 return
-            pending = sorted((c for c in self._conns.values() if not c.authenticated), key=lambda c: c.accepted_at)
-            for old in pending[:max(0, len(pending) - self.max_unauthenticated + 1)]:
-                old.evicted = True
-                self._shutdown_socket(old.sock)
+            self._evict_pending_locked(keep=self.max_unauthenticated - 1)
             conn_id = self._next_conn_id
             self._next_conn_id += 1
             conn.thread = threading.Thread(target=self._serve_connection, args=(conn_id, conn),
@@ -286,6 +285,20 @@ class KVStoreServer:
                 self._conns.pop(conn_id, None)
             sock.close()
             raise OSError(errno.EAGAIN, "cannot start a connection thread: %s" % exc) from None
+
+    def _evict_pending(self, keep: int, at_most: Optional[int] = None) -> None:
+        with self._conns_lock:
+            self._evict_pending_locked(keep, at_most)
+
+    def _evict_pending_locked(self, keep: int, at_most: Optional[int] = None) -> None:
+        """Cut the oldest connections still in the handshake until ``keep`` remain (at most
+        ``at_most`` of them); their threads see the hang-up, log it and close."""
+        pending = sorted((c for c in self._conns.values() if not c.authenticated and not c.evicted),
+                         key=lambda c: c.accepted_at)
+        excess = pending[:max(0, len(pending) - keep)]
+        for old in excess[:at_most]:
+            old.evicted = True
+            self._shutdown_socket(old.sock)
 
     # -- serving one connection -----------------------------------------------------------------
     def _authenticate(self, conn: _Connection) -> Optional[wire.Session]:
@@ -311,8 +324,8 @@ class KVStoreServer:
     def _why_refused(self, conn: _Connection, exc: Exception) -> str:
         """The log line for a failed handshake, or "" when nothing needs saying (a clean hang-up)."""
         if conn.evicted:
-            return ("dropped connection from %s: still in the handshake when %d newer connections arrived"
-                    % (conn.who, self.max_unauthenticated))
+            return ("dropped connection from %s: still in the handshake when newer connections needed its place"
+                    % conn.who)
         if isinstance(exc, wire.ConnectionClosed) or self._stopping:
             return ""
         if isinstance(exc, wire.AuthenticationError):

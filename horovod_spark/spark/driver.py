@@ -8,7 +8,7 @@ from horovod_spark.common import config, wire
 from horovod_spark.exceptions import HorovodSparkError
 
 from . import preflight
-from .driver_service import DriverService, service_bind_address
+from .driver_service import start_driver_service
 from .job import BarrierJob
 from .output import OutputSink
 from .supervise import supervise
@@ -161,9 +161,8 @@ def run(fn: Callable, args=(), kwargs: Optional[dict] = None, num_proc: Optional
     job_id = uuid.uuid4().hex
     key = wire.make_secret()
     addrs = _driver_addresses(sc)
-    bind = service_bind_address(sc.getConf().get("spark.driver.bindAddress"), addrs)
-    service = DriverService(key, num_proc, job_id, sink, host=bind)
-    service.start()
+    service = start_driver_service(key, num_proc, job_id, sink, sc.getConf().get("spark.driver.bindAddress"), addrs)
+    bind = service.host
     log(2, "driver service on %s:%d (bound to %s)" % (addrs[0], service.port, bind))
     spec = TaskSpec(job_id=job_id, driver_addrs=addrs, port=service.port, key=key, num_proc=num_proc,
                     call=call, start_timeout=start_timeout, host_key_mode=host_mode, env=rank_env,

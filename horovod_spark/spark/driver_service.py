@@ -36,13 +36,25 @@ def _need_timeout(value) -> float:
     return float(value)
 
 
-def service_bind_address(spark_bind_address: Optional[str], driver_addrs: Sequence[str]) -> str:
-    """Where the driver service listens: every interface only when the user asks for it
-    (HOROVOD_SPARK_BIND_ANY), else Spark's own spark.driver.bindAddress when set, else the address
-    the executors are told to dial, so the service is not reachable on interfaces the job does not use."""
+def start_driver_service(key: bytes, num_proc: int, job_id: str, on_output, spark_bind_address: Optional[str],
+                         driver_addrs: Sequence[str]) -> "DriverService":
+    """The started service of one run(), listening on every interface only when the user asks for
+    it (HOROVOD_SPARK_BIND_ANY), else on Spark's own spark.driver.bindAddress when set, else on the
+    address the executors are told to dial. An address given in HOROVOD_SPARK_DRIVER_HOST that is
+    not this machine's own (a NAT or proxy address) cannot be listened on; then every interface is."""
     if config.BIND_ANY.get():
-        return "0.0.0.0"
-    return spark_bind_address or driver_addrs[0]
+        host = "0.0.0.0"
+    else:
+        host = spark_bind_address or driver_addrs[0]
+    service = DriverService(key, num_proc, job_id, on_output, host=host)
+    try:
+        service.start()
+    except OSError:
+        if host == "0.0.0.0" or spark_bind_address or not config.SPARK_DRIVER_HOST.get():
+            raise
+        service = DriverService(key, num_proc, job_id, on_output, host="0.0.0.0")
+        service.start()
+    return service
 
 
 _INFO_FIELDS = {"host": str, "addr": str, "pid": int, "executor": str, "attempt_id": int,
