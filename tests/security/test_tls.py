@@ -5,8 +5,10 @@ import os
 import socket
 import ssl
 import subprocess
+import sys
 import threading
 
+import cloudpickle
 import pytest
 
 import horovod_spark
@@ -16,6 +18,8 @@ from horovod_spark.common.kv_server import KVStoreServer
 from horovod_spark.launcher.local_job import run_local
 
 pytestmark = pytest.mark.timeout(300)
+# The ranks' function travels by value: executors do not import this test module.
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 
 def _probe_service():
