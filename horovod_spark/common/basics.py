@@ -29,10 +29,11 @@ def init(comm=None, process_sets=None):
             return
         ident = rendezvous.identity_from(comm)
         timeout = env_config.START_TIMEOUT.get()
-        port = _core.create(ident.rank, ident.size)
+        address = rendezvous.advertised_address()
+        # The peer port listens only where the other ranks are told to connect, unless asked.
+        port = _core.create(ident.rank, ident.size, "" if env_config.BIND_ANY.get() else address)
         try:
-            mine = rendezvous.PeerRecord(ident.rank, rendezvous.advertised_address(), port,
-                                         rendezvous.host_id())
+            mine = rendezvous.PeerRecord(ident.rank, address, port, rendezvous.host_id())
             records, token = rendezvous.exchange_records(ident, mine, _state["generation"], timeout)
             mpi_handle = 0
             if _wants_mpi_data_plane(ident):

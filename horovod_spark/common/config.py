@@ -227,8 +227,8 @@ CROSS_SIZE = _define("HOROVOD_CROSS_SIZE", whole_number(1), None, "The number of
 RENDEZVOUS_ADDR = _define("HOROVOD_RENDEZVOUS_ADDR", text("a host name or IP address"), None,
                           "Where the job's KV service (the rendezvous of hvd.init()) listens." + _SET_BY_LAUNCHERS)
 RENDEZVOUS_PORT = _define("HOROVOD_RENDEZVOUS_PORT", PORT, None, "The KV service's port." + _SET_BY_LAUNCHERS)
-SECRET_KEY = _define("HOROVOD_SECRET_KEY", HEX_SECRET, None, "The job's secret: every frame to the KV service "
-                     "carries its HMAC-SHA256, and the core's peers prove they know it." + _SET_BY_LAUNCHERS)
+SECRET_KEY = _define("HOROVOD_SECRET_KEY", HEX_SECRET, None, "The job's secret: whoever connects to the KV service "
+                     "or to a rank's peer port proves it knows it (docs/security.md)." + _SET_BY_LAUNCHERS)
 RUN_SCOPE = _define("HOROVOD_RUN_SCOPE", text("any text, such as a job id"), "job", "The job's prefix for its KV keys, "
                     "so two jobs on one service never mix." + _SET_BY_LAUNCHERS)
 HOSTNAME = _define("HOROVOD_HOSTNAME", text("a host name"), None, "Which host this rank is on: ranks with equal "
@@ -309,6 +309,19 @@ SPARK_USE_MPI = _define("HOROVOD_SPARK_USE_MPI", FLAG, False, "MPI mode (mpirun 
                         "horovod_spark.run's use_mpi is not given.")
 SPARK_MPIRUN = _define("HOROVOD_SPARK_MPIRUN", text("the path of Open MPI's mpirun"), None, "The mpirun of MPI "
                        "mode.", default_text="mpirun on PATH")
+
+# -- the security of the job's services and peer ports (docs/security.md) ---------------------------
+BIND_ANY = _define("HOROVOD_SPARK_BIND_ANY", FLAG, False, "Let the job's services (the KV service, horovod_spark.run's "
+                   "driver service) and the ranks' peer ports listen on every interface (0.0.0.0) instead of only "
+                   "the address the job uses.")
+SPARK_TLS = _define("HOROVOD_SPARK_TLS", FLAG, False, "Wrap every connection to the job's Python services (the KV "
+                    "service, horovod_spark.run's driver service) in TLS. The launchers pass it on to the ranks.")
+SPARK_TLS_CERT = _define("HOROVOD_SPARK_TLS_CERT", text("the path of a PEM certificate"), None, "With "
+                         "HOROVOD_SPARK_TLS: the services' certificate (with HOROVOD_SPARK_TLS_KEY).",
+                         default_text="a self-signed certificate made per job with openssl")
+SPARK_TLS_KEY = _define("HOROVOD_SPARK_TLS_KEY", text("the path of a PEM private key"), None, "With "
+                        "HOROVOD_SPARK_TLS: the private key of HOROVOD_SPARK_TLS_CERT.",
+                        default_text="made with the per-job certificate")
 
 # -- between horovod_spark.run's own processes: set by it, read by what it starts ------------------
 SPARK_GPUS = _define("HOROVOD_SPARK_GPUS", names("0,1"), (), "The GPU addresses Spark gave this rank's task "

@@ -1,18 +1,21 @@
 """Client of the authenticated key-value service (``horovod_spark.common.kv_server``).
 
 Requests and replies are wire messages (``horovod_spark.common.wire``): a request is a tuple
-``(op, *args)``; a reply is ``("ok", value)`` or ``("err", kind, text)``. Nothing is decoded before
-its frame's MAC verified.
+``(op, *args)``; a reply is ``("ok", value)`` or ``("err", kind, text)``. Each connection starts
+with the handshake in which client and service prove to each other that they hold the job's
+secret, and every frame after it carries the connection's MAC and sequence number; nothing is
+decoded before its frame verified.
 
 One client holds one connection, used under a lock: a blocking ``get`` holds it for its whole wait,
 so threads that must not queue behind a long get should each use their own ``KVClient``.
 """
 import socket
+import ssl
 import threading
 import time
 from typing import Any, Dict, Iterable, List, Optional
 
-from horovod_spark.common import config, wire
+from horovod_spark.common import config, wire, wire_tls
 from horovod_spark.exceptions import ConfigError, KVError
 
 # Extra seconds a reply may take beyond the server-side wait, so the server's own timeout (with its
@@ -27,12 +30,13 @@ class KVClient:
     """``KVClient(addr, port, key)``: ``put``/``get``/``get_many`` against a ``KVStoreServer``.
 
     ``io_timeout`` bounds connecting and every non-blocking request; blocking gets add their own
-    ``timeout``. A request that fails because the connection dropped (e.g. the server closed it
-    after idling) is retried once on a fresh connection, so server handlers must tolerate a repeat.
+    ``timeout``. ``tls``: connect through TLS (default: ``HOROVOD_SPARK_TLS``). A request that
+    fails because the connection dropped (e.g. the server closed it after idling) is retried once
+    on a fresh connection, so server handlers must tolerate a repeat.
     """
 
     def __init__(self, addr: str, port: int, key: bytes, io_timeout: float = wire.DEFAULT_IO_TIMEOUT,
-                 max_frame_bytes: int = wire.DEFAULT_MAX_FRAME_BYTES):
+                 max_frame_bytes: int = wire.DEFAULT_MAX_FRAME_BYTES, tls: Optional[bool] = None):
         if not isinstance(key, (bytes, bytearray)) or not key:
             raise TypeError("KVClient key must be non-empty bytes (bytes.fromhex(HOROVOD_SECRET_KEY))")
         self.addr = addr
@@ -40,7 +44,8 @@ class KVClient:
         self._key = bytes(key)
         self._io_timeout = io_timeout
         self._max_frame_bytes = max_frame_bytes
-        self._sock: Optional[socket.socket] = None
+        self._tls = wire_tls.enabled() if tls is None else bool(tls)
+        self._session: Optional[wire.Session] = None
         self._lock = threading.Lock()
 
     @classmethod
@@ -53,26 +58,42 @@ class KVClient:
                               "horovod-spark-run, run_local and horovod_spark.run, set them for each rank)"
                               % ", ".join(missing))
         addr, port, key = (v.get(environ) for v in needed)
+        kwargs.setdefault("tls", wire_tls.enabled(environ))
         return cls(addr, port, key, **kwargs)
 
     def __repr__(self):
         return "KVClient(%s:%d)" % (self.addr, self.port)
 
     # -- connection -------------------------------------------------------------------------
-    def _connect(self) -> socket.socket:
+    def _connect(self) -> wire.Session:
+        where = "%s:%d" % (self.addr, self.port)
         try:
             sock = socket.create_connection((self.addr, self.port), timeout=self._io_timeout)
         except OSError as exc:
-            raise ConnectionError("cannot reach the KV service at %s:%d: %s" % (self.addr, self.port, exc)) from exc
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        return sock
+            raise ConnectionError("cannot reach the KV service at %s: %s" % (where, exc)) from exc
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if self._tls:
+                sock = wire_tls.wrap_client(sock, self._io_timeout)
+            return wire.client_handshake(sock, self._key, self._io_timeout)
+        except wire.AuthenticationError as exc:
+            sock.close()
+            raise KVError("the service at %s refused us or failed to prove it holds the job's secret: %s"
+                          % (where, exc)) from None
+        except ssl.SSLError as exc:
+            sock.close()
+            raise KVError("TLS with the service at %s failed: %s (both ends must agree on %s)"
+                          % (where, exc, config.SPARK_TLS.name)) from None
+        except BaseException:
+            sock.close()
+            raise
 
     def _drop(self) -> None:
-        if self._sock is not None:
+        if self._session is not None:
             try:
-                self._sock.close()
+                self._session.sock.close()
             finally:
-                self._sock = None
+                self._session = None
 
     def close(self) -> None:
         with self._lock:
@@ -92,10 +113,10 @@ class KVClient:
 
     # -- requests ---------------------------------------------------------------------------
     def _roundtrip(self, payload: bytes, reply_timeout: float) -> Any:
-        if self._sock is None:
-            self._sock = self._connect()
-        wire.send_frame(self._sock, self._key, payload, timeout=self._io_timeout)
-        return wire.recv_message(self._sock, self._key, self._max_frame_bytes, timeout=reply_timeout)
+        if self._session is None:
+            self._session = self._connect()
+        self._session.send(payload, timeout=self._io_timeout)
+        return self._session.recv_message(self._max_frame_bytes, timeout=reply_timeout)
 
     def request(self, op: str, *args: Any, wait: float = 0.0) -> Any:
         """Send ``(op, *args)`` and return the reply value; ``wait`` is how long the server may block.

@@ -5,19 +5,23 @@ collect results through it. The server is a request dispatcher: a request is a w
 ``(op, *args)`` and ``self.handlers[op](*args)`` produces the reply value. Other services (the Spark
 driver service) subclass it and ``add_handler`` their own ops, sharing the store and its condition.
 
-Every connection gets its own thread. A connection whose frame fails authentication, announces an
-oversized length, or stalls mid-frame is logged in one line and closed; nothing it sent is decoded,
-and other connections are unaffected.
+Every connection gets its own thread and must first prove it holds the job's secret (the handshake
+of ``horovod_spark.common.wire``) within a few seconds. A connection that fails the handshake or a
+frame's MAC, replays a frame, announces an oversized length, or stalls is logged in one line and
+closed; nothing it sent is decoded, and other connections are unaffected. The accept loop outlives
+any error, running out of file descriptors included.
 """
+import errno
 import inspect
 import logging
+import select
 import selectors
 import socket
 import threading
 import time
 from typing import Any, Callable, Dict, Iterable, List, Optional, Set, Tuple
 
-from horovod_spark.common import wire
+from horovod_spark.common import config, wire, wire_tls
 
 log = logging.getLogger(__name__)
 
@@ -42,18 +46,43 @@ def _need_timeout(value: Any) -> float:
     return float(value)
 
 
-class KVStoreServer:
-    """``KVStoreServer(key, host='0.0.0.0')``; ``port = start()``; ``stop()``.
+class _Connection:
+    """One accepted connection: its socket (replaced by the TLS socket once wrapped), its thread,
+    and whether it has proven it holds the secret yet."""
 
-    ``read_timeout`` bounds reading one request frame once its first byte arrived and writing the
-    reply; ``idle_timeout`` closes a connection with no request for that long (clients reconnect).
-    ``max_wait`` caps how long one blocking request may hold its connection.
+    def __init__(self, sock: socket.socket, peer: Tuple[str, int]):
+        self.sock = sock
+        self.who = "%s:%d" % peer[:2]
+        self.accepted_at = time.monotonic()
+        self.authenticated = False
+        self.evicted = False
+        self.busy = False  # between reading a request and sending its reply
+        self.thread: Optional[threading.Thread] = None
+
+
+_FD_EXHAUSTED = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
+
+
+class KVStoreServer:
+    """``KVStoreServer(key, host)``; ``port = start()``; ``stop()``.
+
+    ``host`` is the address to listen on: the one the job's peers use (``'0.0.0.0'`` only when the
+    user asks for every interface). A new connection must complete the handshake of
+    ``horovod_spark.common.wire`` (proving it holds ``key``) within ``handshake_timeout``; until
+    then it may send nothing but the few dozen handshake bytes. At most ``max_unauthenticated``
+    connections wait in the handshake at once: a newer one pushes the oldest out, so a flood of
+    silent connections cannot lock real peers out. ``read_timeout`` bounds reading one request
+    frame once its first byte arrived and writing the reply; ``idle_timeout`` closes an
+    authenticated connection with no request for that long (clients reconnect). ``max_wait`` caps
+    how long one blocking request may hold its connection. ``tls``: a ``wire_tls.ServerTLS`` to
+    wrap every connection in TLS (default: ``HOROVOD_SPARK_TLS``).
     """
 
     def __init__(self, key: bytes, host: str = "0.0.0.0", port: int = 0, *,
-                 read_timeout: float = wire.DEFAULT_IO_TIMEOUT, idle_timeout: float = 3600.0,
+                 read_timeout: float = wire.DEFAULT_IO_TIMEOUT, idle_timeout: float = 300.0,
                  max_frame_bytes: int = wire.DEFAULT_MAX_FRAME_BYTES, max_wait: float = 24 * 3600.0,
-                 max_connections: int = 4096):
+                 max_connections: int = 4096, handshake_timeout: float = wire.DEFAULT_HANDSHAKE_TIMEOUT,
+                 max_unauthenticated: int = 64, tls: Any = "from-env"):
         if not isinstance(key, (bytes, bytearray)) or not key:
             raise TypeError("KVStoreServer key must be non-empty bytes")
         self._key = bytes(key)
@@ -65,6 +94,9 @@ class KVStoreServer:
         self.max_frame_bytes = max_frame_bytes
         self.max_wait = max_wait
         self.max_connections = max_connections
+        self.handshake_timeout = handshake_timeout
+        self.max_unauthenticated = max_unauthenticated
+        self.tls = wire_tls.ServerTLS.from_env() if tls == "from-env" else tls
 
         # One condition guards the store and every subclass's state, so a handler can wait for
         # "all tasks registered" the same way get waits for a key.
@@ -76,12 +108,13 @@ class KVStoreServer:
         self._wake_r: Optional[socket.socket] = None
         self._wake_w: Optional[socket.socket] = None
         self._accept_thread: Optional[threading.Thread] = None
-        self._conns: Dict[socket.socket, threading.Thread] = {}
+        self._conns: Dict[int, _Connection] = {}
         # Every connection thread until it has ended: a thread removes itself from _conns a few
         # instructions before it returns, and stop() must join those too.
         self._threads: Set[threading.Thread] = set()
-        self._busy: set = set()  # connections between reading a request and sending its reply
         self._conns_lock = threading.Lock()
+        self._next_conn_id = 0
+        self._last_refusal_log = 0.0
 
         self.handlers: Dict[str, Callable[..., Any]] = {}
         self.add_handler("ping", lambda: "pong")
@@ -108,9 +141,11 @@ class KVStoreServer:
         try:
             listener.bind((self.host, self._requested_port))
             listener.listen(128)
-        except OSError:
+        except OSError as exc:
             listener.close()
-            raise
+            raise OSError(exc.errno, "cannot listen on %s:%d: %s (the address must be one of this host's; "
+                          "%s=1 listens on every interface)"
+                          % (self.host, self._requested_port, exc.strerror, config.BIND_ANY.name)) from exc
         listener.setblocking(False)
         self._listener = listener
         self.port = listener.getsockname()[1]
@@ -118,7 +153,7 @@ class KVStoreServer:
         self._accept_thread = threading.Thread(target=self._accept_loop, name="kv-server-accept:%d" % self.port,
                                                daemon=True)
         self._accept_thread.start()
-        log.debug("KV service listening on %s:%d", self.host, self.port)
+        log.debug("KV service listening on %s:%d%s", self.host, self.port, " (TLS)" if self.tls else "")
         return self.port
 
     def stop(self, timeout: float = 5.0) -> None:
@@ -137,20 +172,19 @@ class KVStoreServer:
         if self._accept_thread is not None:
             self._accept_thread.join(timeout)
         with self._conns_lock:
-            conns = list(self._conns.items())
-            busy = set(self._busy)
+            conns = list(self._conns.values())
+            busy = [c for c in conns if c.busy]
         # Idle connections are cut at once; requests in flight (a get just released by the
         # notify above) get a moment to send their "stopped" reply, so clients see why.
-        for sock, _ in conns:
-            if sock not in busy:
-                self._shutdown_socket(sock)
+        for c in conns:
+            if not c.busy:
+                self._shutdown_socket(c.sock)
         grace_end = time.monotonic() + min(1.0, timeout)
-        for sock, thread in conns:
-            if sock in busy:
-                thread.join(max(0.0, grace_end - time.monotonic()))
-                self._shutdown_socket(sock)
+        for c in busy:
+            c.thread.join(max(0.0, grace_end - time.monotonic()))
+            self._shutdown_socket(c.sock)
         with self._conns_lock:
-            threads = set(self._threads) | {t for _, t in conns}
+            threads = set(self._threads) | {c.thread for c in conns}
         for thread in threads:
             thread.join(max(0.0, deadline - time.monotonic()))
         stuck = [t.name for t in threads if t.is_alive()]
@@ -165,7 +199,7 @@ class KVStoreServer:
     def _shutdown_socket(sock: socket.socket) -> None:
         try:
             sock.shutdown(socket.SHUT_RDWR)  # wakes a thread blocked in recv on it
-        except OSError:
+        except (OSError, ValueError):
             pass
 
     def __enter__(self):
@@ -176,58 +210,156 @@ class KVStoreServer:
     def __exit__(self, *exc):
         self.stop()
 
+    def connection_counts(self) -> Tuple[int, int]:
+        """(connections still in the handshake, authenticated connections) open now."""
+        with self._conns_lock:
+            pending = sum(1 for c in self._conns.values() if not c.authenticated)
+            return pending, len(self._conns) - pending
+
     # -- accepting ------------------------------------------------------------------------------
     def _accept_loop(self) -> None:
+        """Runs until stop(): no error of one accept or one connection ends it. Out of file
+        descriptors, it backs off (the connection waits in the listen backlog) and tries again."""
         sel = selectors.DefaultSelector()
         sel.register(self._listener, selectors.EVENT_READ, "listen")
         sel.register(self._wake_r, selectors.EVENT_READ, "wake")
+        backoff = 0.0
         try:
             while not self._stopping:
-                for skey, _ in sel.select():
+                for skey, _ in sel.select(timeout=backoff or None):
                     if skey.data == "wake":
                         return
+                if self._stopping:
+                    return
+                try:
                     self._accept_one()
-        except Exception:
-            log.exception("KV service: accept loop failed; no new connections will be served")
+                    backoff = 0.0
+                except OSError as exc:
+                    backoff = min(1.0, max(0.05, backoff * 2))
+                    if exc.errno in _FD_EXHAUSTED:
+                        # The oldest connection still in the handshake gives its descriptor back.
+                        self._evict_pending(keep=0, at_most=1)
+                        self._log_refusal("KV service: cannot accept a connection: %s; trying again in %.2f s "
+                                          "(raise the open-file limit, ulimit -n)", exc, backoff)
+                    else:
+                        self._log_refusal("KV service: accept failed: %s; trying again in %.2f s", exc, backoff)
+                    time.sleep(backoff)  # the listener stays readable: without a pause this would spin
+                except Exception:
+                    log.exception("KV service: unexpected error accepting a connection; still serving")
+                    time.sleep(0.05)
         finally:
             sel.close()
 
+    def _log_refusal(self, fmt: str, *args) -> None:
+        # At most one line a second, so a flood cannot flood the log too.
+        now = time.monotonic()
+        if now - self._last_refusal_log >= 1.0:
+            self._last_refusal_log = now
+            log.warning(fmt, *args)
+
     def _accept_one(self) -> None:
         try:
-            conn, peer = self._listener.accept()
+            sock, peer = self._listener.accept()
         except (BlockingIOError, InterruptedError):
             return
-        conn.setblocking(True)
+        sock.setblocking(True)
+        conn = _Connection(sock, peer)
         with self._conns_lock:
             if self._stopping or len(self._conns) >= self.max_connections:
-                log.warning("KV service: refusing connection from %s:%d (%s)", peer[0], peer[1],
-                            "stopping" if self._stopping else "%d connections open" % len(self._conns))
-                conn.close()
+                self._log_refusal("KV service: refusing connection from %s (%s)", conn.who,
+                                  "stopping" if self._stopping else "%d connections open" % len(self._conns))
+                sock.close()
                 return
-            thread = threading.Thread(target=self._serve_connection, args=(conn, peer),
-                                      name="kv-conn:%s:%d" % peer, daemon=True)
-            self._conns[conn] = thread
+            self._evict_pending_locked(keep=self.max_unauthenticated - 1)
+            conn_id = self._next_conn_id
+            self._next_conn_id += 1
+            conn.thread = threading.Thread(target=self._serve_connection, args=(conn_id, conn),
+                                           name="kv-conn:%s" % conn.who, daemon=True)
+            self._conns[conn_id] = conn
             self._threads = {t for t in self._threads if t.is_alive()}
-            self._threads.add(thread)
-        thread.start()
+            self._threads.add(conn.thread)
+        try:
+            conn.thread.start()
+        except RuntimeError as exc:  # no more threads: treat like running out of descriptors
+            with self._conns_lock:
+                self._conns.pop(conn_id, None)
+            sock.close()
+            raise OSError(errno.EAGAIN, "cannot start a connection thread: %s" % exc) from None
+
+    def _evict_pending(self, keep: int, at_most: Optional[int] = None) -> None:
+        with self._conns_lock:
+            self._evict_pending_locked(keep, at_most)
+
+    def _evict_pending_locked(self, keep: int, at_most: Optional[int] = None) -> None:
+        """Cut the oldest connections still in the handshake until ``keep`` remain (at most
+        ``at_most`` of them); their threads see the hang-up, log it and close."""
+        pending = sorted((c for c in self._conns.values() if not c.authenticated and not c.evicted),
+                         key=lambda c: c.accepted_at)
+        excess = pending[:max(0, len(pending) - keep)]
+        for old in excess[:at_most]:
+            old.evicted = True
+            self._shutdown_socket(old.sock)
 
     # -- serving one connection -----------------------------------------------------------------
-    def _serve_connection(self, conn: socket.socket, peer: Tuple[str, int]) -> None:
-        who = "%s:%d" % peer
+    def _authenticate(self, conn: _Connection) -> Optional[wire.Session]:
+        """The connection's session once it proved it holds the secret; None (logged) otherwise."""
+        deadline = time.monotonic() + self.handshake_timeout
         try:
-            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            while not self._stopping:
-                conn.settimeout(self.idle_timeout)
-                try:
-                    if not conn.recv(1, socket.MSG_PEEK):
-                        return  # clean close between requests
-                except (TimeoutError, socket.timeout):  # distinct types before Python 3.10
-                    log.debug("KV service: closing idle connection from %s", who)
+            conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            certificate = None
+            if self.tls is not None:
+                conn.sock = self.tls.wrap(conn.sock, self.handshake_timeout)
+                certificate = self.tls.certificate_der
+            session = wire.server_handshake(conn.sock, self._key, max(0.001, deadline - time.monotonic()),
+                                            certificate_der=certificate)
+        except Exception as exc:  # every failure closes this connection only; see _why_refused
+            reason = self._why_refused(conn, exc)
+            if reason:
+                log.warning("KV service: %s", reason)
+            return None
+        with self._conns_lock:
+            conn.authenticated = True
+        return session
+
+    def _why_refused(self, conn: _Connection, exc: Exception) -> str:
+        """The log line for a failed handshake, or "" when nothing needs saying (a clean hang-up)."""
+        if conn.evicted:
+            return ("dropped connection from %s: still in the handshake when newer connections needed its place"
+                    % conn.who)
+        if isinstance(exc, wire.ConnectionClosed) or self._stopping:
+            return ""
+        if isinstance(exc, wire.AuthenticationError):
+            return "rejected connection from %s: %s" % (conn.who, exc)
+        if isinstance(exc, (TimeoutError, socket.timeout)):
+            return "dropped connection from %s: no handshake within %.1f s" % (conn.who, self.handshake_timeout)
+        return "connection from %s failed during the handshake: %s: %s" % (conn.who, type(exc).__name__, exc)
+
+    def _wait_for_request(self, conn: _Connection) -> bool:
+        """True when a request's first bytes arrived; False after idle_timeout or on hang-up."""
+        pending = getattr(conn.sock, "pending", None)
+        if pending is not None and pending():
+            return True
+        poller = select.poll()
+        poller.register(conn.sock.fileno(), select.POLLIN)
+        if poller.poll(self.idle_timeout * 1000.0):
+            return True
+        log.debug("KV service: closing idle connection from %s", conn.who)
+        return False
+
+    def _serve_connection(self, conn_id: int, conn: _Connection) -> None:
+        who = conn.who
+        try:
+            session = self._authenticate(conn)
+            while session is not None and not self._stopping:
+                if not self._wait_for_request(conn):
                     return
-                except OSError:
-                    return  # reset by the peer, or shut down by stop()
                 try:
-                    payload = wire.recv_frame(conn, self._key, self.max_frame_bytes, self.read_timeout)
+                    payload = session.recv(self.max_frame_bytes, self.read_timeout)
+                except wire.ConnectionClosed:
+                    return  # clean close between requests
+                except wire.ReplayError as exc:
+                    log.warning("KV service: refused a frame from %s: %s", who, exc)
+                    return
                 except wire.AuthenticationError as exc:
                     log.warning("KV service: rejected connection from %s: %s", who, exc)
                     return
@@ -240,24 +372,26 @@ class KVStoreServer:
                         log.info("KV service: connection from %s lost: %s", who, exc)
                     return
                 with self._conns_lock:
-                    self._busy.add(conn)
+                    conn.busy = True
                 try:
                     reply = self._dispatch(payload, who)
-                    wire.send_frame(conn, self._key, reply, self.read_timeout)
+                    session.send(reply, self.read_timeout)
                 except OSError as exc:
                     if not self._stopping:
                         log.info("KV service: could not reply to %s: %s", who, exc)
                     return
                 finally:
                     with self._conns_lock:
-                        self._busy.discard(conn)
+                        conn.busy = False
         except Exception:
             log.exception("KV service: unexpected failure serving %s", who)
         finally:
             with self._conns_lock:
-                self._conns.pop(conn, None)
-                self._busy.discard(conn)
-            conn.close()
+                self._conns.pop(conn_id, None)
+            try:
+                conn.sock.close()
+            except OSError:
+                pass
 
     def _dispatch(self, payload: bytes, who: str) -> bytes:
         """Decode an authenticated request, run its handler, and encode the reply."""

@@ -15,7 +15,7 @@ import uuid
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, TextIO
 
 import horovod_spark
-from horovod_spark.common import config, rendezvous, source_pickle, wire
+from horovod_spark.common import config, rendezvous, source_pickle, wire, wire_tls
 from horovod_spark.common.kv_client import KVClient
 from horovod_spark.common.kv_server import KVStoreServer
 from horovod_spark.exceptions import RankFailedError
@@ -87,11 +87,12 @@ class LocalJob:
         self.num_proc = num_proc
         self.secret = wire.make_secret()
         self.run_scope = "local-" + uuid.uuid4().hex
-        self.server = KVStoreServer(self.secret, host=LOCAL_ADDR)
         self.port: Optional[int] = None
         self.supervisor: Optional[RankSupervisor] = None
         self._extra_env = {str(k): str(v) for k, v in (env or {}).items()}
         config.check_assignments(self._extra_env, "env")
+        self.server = KVStoreServer(self.secret, host=LOCAL_ADDR,
+                                    tls=wire_tls.ServerTLS.from_env({**os.environ, **self._extra_env}))
         self._io = dict(stdout=stdout, stderr=stderr, prefix_output=prefix_output, kill_grace=kill_grace)
 
     def start(self) -> "LocalJob":
@@ -99,6 +100,8 @@ class LocalJob:
         try:
             base = dict(os.environ)
             base.update(self._extra_env)
+            # The ranks use TLS exactly when this job's service does, whatever their environment says.
+            base[config.SPARK_TLS.name] = "1" if self.server.tls is not None else "0"
             envs = [rank_environment(r, self.num_proc, self.port, self.secret, self.run_scope, base)
                     for r in range(self.num_proc)]
             # A rank that ends while others wait for it in hvd.init() makes them fail at once.
@@ -112,7 +115,7 @@ class LocalJob:
 
     def client(self) -> KVClient:
         """A client of this job's KV service (for the launcher's own use)."""
-        return KVClient(LOCAL_ADDR, self.port, self.secret)
+        return KVClient(LOCAL_ADDR, self.port, self.secret, tls=self.server.tls is not None)
 
     def close(self) -> None:
         """Stop every rank and the service. A Ctrl-C arriving meanwhile does not cut this short:

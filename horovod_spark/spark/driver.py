@@ -8,7 +8,7 @@ from horovod_spark.common import config, wire
 from horovod_spark.exceptions import HorovodSparkError
 
 from . import preflight
-from .driver_service import DriverService
+from .driver_service import start_driver_service
 from .job import BarrierJob
 from .output import OutputSink
 from .supervise import supervise
@@ -160,14 +160,13 @@ def run(fn: Callable, args=(), kwargs: Optional[dict] = None, num_proc: Optional
     preflight.check_cluster(sc, num_proc, log)
     job_id = uuid.uuid4().hex
     key = wire.make_secret()
-    bind = sc.getConf().get("spark.driver.bindAddress") or "0.0.0.0"
-    service = DriverService(key, num_proc, job_id, sink, host=bind)
-    service.start()
     addrs = _driver_addresses(sc)
+    service = start_driver_service(key, num_proc, job_id, sink, sc.getConf().get("spark.driver.bindAddress"), addrs)
+    bind = service.host
     log(2, "driver service on %s:%d (bound to %s)" % (addrs[0], service.port, bind))
     spec = TaskSpec(job_id=job_id, driver_addrs=addrs, port=service.port, key=key, num_proc=num_proc,
                     call=call, start_timeout=start_timeout, host_key_mode=host_mode, env=rank_env,
-                    use_mpi=use_mpi, executable=executable)
+                    use_mpi=use_mpi, executable=executable, tls=service.tls is not None)
 
     def notify():
         with service.condition:

@@ -15,8 +15,9 @@ Ops added (all arguments are plain wire values; nothing is unpickled):
   mpi_exec(rank, argv, env) / mpi_done(rank, seq, returncode) / mpi_wait(rank, seq, timeout)
 """
 import time
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
+from horovod_spark.common import config
 from horovod_spark.common.kv_server import KVStoreServer, RequestError
 from horovod_spark.common.rendezvous import note_rank_exit
 
@@ -33,6 +34,27 @@ def _need_timeout(value) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
         raise RequestError("timeout must be a non-negative number, got %r" % (value,))
     return float(value)
+
+
+def start_driver_service(key: bytes, num_proc: int, job_id: str, on_output, spark_bind_address: Optional[str],
+                         driver_addrs: Sequence[str]) -> "DriverService":
+    """The started service of one run(), listening on every interface only when the user asks for
+    it (HOROVOD_SPARK_BIND_ANY), else on Spark's own spark.driver.bindAddress when set, else on the
+    address the executors are told to dial. An address given in HOROVOD_SPARK_DRIVER_HOST that is
+    not this machine's own (a NAT or proxy address) cannot be listened on; then every interface is."""
+    if config.BIND_ANY.get():
+        host = "0.0.0.0"
+    else:
+        host = spark_bind_address or driver_addrs[0]
+    service = DriverService(key, num_proc, job_id, on_output, host=host)
+    try:
+        service.start()
+    except OSError:
+        if host == "0.0.0.0" or spark_bind_address or not config.SPARK_DRIVER_HOST.get():
+            raise
+        service = DriverService(key, num_proc, job_id, on_output, host="0.0.0.0")
+        service.start()
+    return service
 
 
 _INFO_FIELDS = {"host": str, "addr": str, "pid": int, "executor": str, "attempt_id": int,

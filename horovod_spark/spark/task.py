@@ -38,7 +38,7 @@ class TaskSpec:
     job_id: str
     driver_addrs: List[str]
     port: int
-    key: bytes
+    key: bytes = field(repr=False)  # the job secret: never in a log line or a traceback
     num_proc: int
     call: bytes
     start_timeout: float
@@ -46,6 +46,7 @@ class TaskSpec:
     env: Dict[str, str] = field(default_factory=dict)
     use_mpi: bool = False
     executable: Optional[str] = None  # the ranks' Python; None: this executor's own
+    tls: bool = False  # the driver service speaks TLS (HOROVOD_SPARK_TLS on the driver)
 
     @property
     def python(self) -> str:
@@ -55,7 +56,7 @@ class TaskSpec:
 def _connect(spec: TaskSpec, io_timeout: float = wire.DEFAULT_IO_TIMEOUT):
     errors = []
     for addr in spec.driver_addrs:
-        client = KVClient(addr, spec.port, spec.key, io_timeout=io_timeout)
+        client = KVClient(addr, spec.port, spec.key, io_timeout=io_timeout, tls=spec.tls)
         try:
             client.request("ping")
             return client, addr
@@ -119,6 +120,7 @@ def rank_env(spec: TaskSpec, addr: str, place: placement_mod.Placement, gpus: Li
         config.RENDEZVOUS_ADDR.name: addr,
         config.RENDEZVOUS_PORT.name: str(spec.port),
         config.SECRET_KEY.name: spec.key.hex(),
+        config.SPARK_TLS.name: "1" if spec.tls else "0",
         config.RUN_SCOPE.name: spec.job_id,
         config.SPARK_WORKDIR.name: workdir,
         "PYTHONUNBUFFERED": "1",  # lines reach the driver as they are printed, not at exit

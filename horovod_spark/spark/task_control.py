@@ -21,11 +21,11 @@ class _InterruptibleClient(KVClient):
     the driver no longer answers needs its socket shut down from another thread instead."""
 
     def interrupt(self) -> None:
-        sock = self._sock
-        if sock is not None:
+        session = self._session
+        if session is not None:
             try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
+                session.sock.shutdown(socket.SHUT_RDWR)
+            except (OSError, ValueError):
                 pass
 
 
@@ -34,7 +34,7 @@ class TaskControl(threading.Thread):
 
     def __init__(self, spec, addr: str, rank: int, on_exec=None):
         super().__init__(name="hs-task-control", daemon=True)
-        self._client = _InterruptibleClient(addr, spec.port, spec.key)
+        self._client = _InterruptibleClient(addr, spec.port, spec.key, tls=spec.tls)
         self._rank = rank
         self._on_exec = on_exec
         self._lock = threading.Lock()

@@ -24,7 +24,8 @@ constexpr int64_t kWaitSpinUs = 50, kWaitYieldUs = 500;
 constexpr int kParkedTimeoutUs = 2000;
 }  // namespace
 
-Engine::Engine(int rank, int size, const Config& cfg) : rank_(rank), size_(size), cfg_(cfg), transport_(rank, size) {
+Engine::Engine(int rank, int size, const Config& cfg, const std::string& bind_host)
+    : rank_(rank), size_(size), cfg_(cfg), transport_(rank, size, bind_host) {
   std::vector<int32_t> all(size);
   for (int i = 0; i < size; ++i) all[i] = i;
   process_sets_[0] = all;

@@ -57,7 +57,8 @@ ReductionPlan plan_reduction(ReduceOp op, double postscale, int group_size);
 
 class Engine {
  public:
-  Engine(int rank, int size, const Config& cfg);
+  // bind_host: the address the peer port listens on ("" for every interface).
+  Engine(int rank, int size, const Config& cfg, const std::string& bind_host = "");
   ~Engine();
   int listen_port() const { return transport_.listen_port(); }
   // mpi_comm != 0: an MPI_Comm (Open MPI handle) that carries collective data instead of the

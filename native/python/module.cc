@@ -35,13 +35,13 @@ std::shared_ptr<Engine> engine() {
   return g_engine;
 }
 
-int create(int rank, int size) {
+int create(int rank, int size, const std::string& bind_host) {
   std::lock_guard<std::mutex> l(g_mu);
   if (g_engine) throw std::runtime_error("horovod_spark is already initialized");
   if (size < 1 || rank < 0 || rank >= size)
     throw std::invalid_argument("invalid rank " + std::to_string(rank) + " for size " + std::to_string(size));
   Config cfg = Config::from_env();
-  g_engine.reset(new Engine(rank, size, cfg));
+  g_engine.reset(new Engine(rank, size, cfg, bind_host));
   g_engine_fast = g_engine.get();
   return g_engine->listen_port();
 }
@@ -365,7 +365,10 @@ PyMethodDef g_enqueue_allreduce_def =
 
 PYBIND11_MODULE(_core, m) {
   m.doc() = "horovod_spark native collective core";
-  m.def("create", &create, "Create the engine and listen for peers; returns the port.");
+  m.def("create", &create,
+        "Create the engine and listen for peers on bind_host ('' for every interface); "
+        "returns the port.",
+        py::arg("rank"), py::arg("size"), py::arg("bind_host") = "");
   m.def("start", &start, "Connect to every peer and start the engine thread.", py::arg("peers"), py::arg("token"),
         py::arg("mpi_comm") = 0);
   m.def("uses_mpi", [] { return engine()->uses_mpi(); });

@@ -39,19 +39,32 @@ void wait_fd(int fd, short events, Clock::time_point deadline, const std::string
 }
 }  // namespace
 
-int tcp_listen(int* port) {
+int tcp_listen(const std::string& host, int* port) {
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  if (!host.empty() && host != "0.0.0.0") {
+    addrinfo hints{}, *res = nullptr;
+    hints.ai_family = AF_INET;
+    hints.ai_socktype = SOCK_STREAM;
+    int gai = getaddrinfo(host.c_str(), nullptr, &hints, &res);
+    if (gai != 0) throw TransportError("cannot listen for peers on " + host + ": " + gai_strerror(gai));
+    addr.sin_addr = reinterpret_cast<sockaddr_in*>(res->ai_addr)->sin_addr;
+    freeaddrinfo(res);
+  }
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) throw TransportError(std::string("socket(): ") + std::strerror(errno));
   int one = 1;
   setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_ANY);
-  addr.sin_port = 0;
   if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 || listen(fd, 128) != 0) {
     int e = errno;
     close(fd);
-    throw TransportError(std::string("cannot listen for peers: ") + std::strerror(e));
+    throw TransportError("cannot listen for peers on " + (host.empty() ? std::string("every interface") : host) + ": " +
+                         std::strerror(e) +
+                         (e == EADDRNOTAVAIL ? " (not an address of this host; HOROVOD_ADVERTISE_ADDR or "
+                                               "HOROVOD_GLOO_IFACE name it, HOROVOD_SPARK_BIND_ANY=1 listens on "
+                                               "every interface)"
+                                             : ""));
   }
   socklen_t len = sizeof(addr);
   getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);

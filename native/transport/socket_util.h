@@ -6,8 +6,9 @@
 
 namespace hs {
 
-// Listens on an ephemeral port on all interfaces; returns the fd and sets *port.
-int tcp_listen(int* port);
+// Listens on an ephemeral port of `host` (an address of this machine; "" for every interface);
+// returns the fd and sets *port.
+int tcp_listen(const std::string& host, int* port);
 // Connects with retries until timeout_ms (the peer may not be listening yet).
 int tcp_connect(const std::string& host, int port, int timeout_ms);
 // Accepts one connection or throws TransportError after timeout_ms.

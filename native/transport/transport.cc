@@ -14,13 +14,13 @@
 
 #include "common/errors.h"
 #include "common/reduce.h"
+#include "transport/peer_handshake.h"
 #include "transport/socket_util.h"
 #include "transport/tcp_link.h"
 
 namespace hs {
 
 namespace {
-constexpr uint32_t kMagic = 0x48535031;  // "HSP1"
 enum Channel : uint32_t { kLiveness = 0, kControl = 1, kData = 2 };
 constexpr char kGoodbye = 'B';
 constexpr size_t kMaxChunk = 256 << 10;  // bounded pieces let the receiver start reducing early
@@ -44,17 +44,10 @@ int64_t now_us() {
   return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now().time_since_epoch())
       .count();
 }
-
-struct Hello {
-  uint32_t magic;
-  uint32_t rank;
-  uint32_t channel;
-  char token[32];
-};
 }  // namespace
 
-Transport::Transport(int rank, int size) : rank_(rank), size_(size) {
-  if (size > 1) listen_fd_ = tcp_listen(&listen_port_);
+Transport::Transport(int rank, int size, const std::string& bind_host) : rank_(rank), size_(size) {
+  if (size > 1) listen_fd_ = tcp_listen(bind_host, &listen_port_);
 }
 
 Transport::~Transport() { close(); }
@@ -83,47 +76,49 @@ void Transport::connect(const std::vector<PeerAddress>& peers, const TransportOp
   oversubscribed_ = same_host > usable_cpus();
   if (size_ == 1) return;
 
-  char token[32] = {0};
-  std::memcpy(token, opt.job_token.data(), std::min<size_t>(32, opt.job_token.size()));
   std::vector<int> data_fd(size_, -1), ctrl_fd(size_, -1);
   auto channels_for = [&](int peer) { return is_local(peer) ? 1 : 3; };
+  auto slot_of = [&](int peer, int channel) -> int& {
+    return (channel == kLiveness ? live_fd_ : channel == kControl ? ctrl_fd : data_fd)[peer];
+  };
 
-  // Higher ranks connect to lower ones. Connects complete into the listen backlog, so doing all
-  // connects before any accept cannot deadlock.
-  for (int peer = 0; peer < rank_; ++peer) {
-    for (int ch = 0; ch < channels_for(peer); ++ch) {
-      int fd = tcp_connect(peers[peer].host, peers[peer].port, opt.connect_timeout_ms);
-      Hello h{kMagic, static_cast<uint32_t>(rank_), static_cast<uint32_t>(ch), {}};
-      std::memcpy(h.token, token, 32);
-      send_all(fd, &h, sizeof(h), opt.connect_timeout_ms, "greeting " + describe(peer));
-      (ch == kLiveness ? live_fd_ : ch == kControl ? ctrl_fd : data_fd)[peer] = fd;
+  // Higher ranks connect to lower ones. Connects complete into the listen backlog, so every
+  // greeting goes out before any answer is awaited; a lower rank answers once it has proven
+  // itself to the ranks below it, which ends at rank 0, so the waits cannot form a cycle.
+  std::vector<OutgoingPeer> outgoing;
+  try {
+    for (int peer = 0; peer < rank_; ++peer)
+      for (int ch = 0; ch < channels_for(peer); ++ch)
+        outgoing.push_back(
+            greet_peer(peers[peer].host, peers[peer].port, rank_, peer, ch, opt.connect_timeout_ms, describe(peer)));
+    for (auto& out : outgoing) {
+      prove_to_peer(out, rank_, opt.job_token, opt.connect_timeout_ms, describe(out.peer));
+      slot_of(out.peer, out.channel) = out.fd;
+      out.fd = -1;
     }
+  } catch (...) {
+    for (auto& out : outgoing)
+      if (out.fd >= 0) ::close(out.fd);
+    throw;
   }
   int expected = 0;
   for (int peer = rank_ + 1; peer < size_; ++peer) expected += channels_for(peer);
-  while (expected > 0) {
-    int fd = tcp_accept(listen_fd_, opt.connect_timeout_ms);
-    Hello h{};
-    try {
-      recv_all(fd, &h, sizeof(h), 5000, "reading a peer's greeting");
-    } catch (const TransportError&) {
-      ::close(fd);
-      continue;
-    }
-    int peer = static_cast<int>(h.rank);
-    if (h.magic != kMagic || std::memcmp(h.token, token, 32) != 0 || peer <= rank_ || peer >= size_ ||
-        h.channel > kData) {
-      ::close(fd);  // not one of ours: a stray or forged connection
-      continue;
-    }
-    int& slot = (h.channel == kLiveness ? live_fd_ : h.channel == kControl ? ctrl_fd : data_fd)[peer];
-    if (slot >= 0) {
-      ::close(fd);
-      continue;
-    }
-    slot = fd;
-    --expected;
-  }
+  auto take = [&](int peer, int channel, int fd) {
+    if (channel >= channels_for(peer) || slot_of(peer, channel) >= 0) return false;
+    slot_of(peer, channel) = fd;
+    return true;
+  };
+  auto missing = [&]() {
+    std::string who;
+    for (int peer = rank_ + 1; peer < size_; ++peer)
+      for (int ch = 0; ch < channels_for(peer); ++ch)
+        if (slot_of(peer, ch) < 0) {
+          who += (who.empty() ? "" : ", ") + describe(peer);
+          break;
+        }
+    return who.empty() ? std::string("no rank") : who;
+  };
+  accept_peers(listen_fd_, rank_, size_, kData + 1, opt.job_token, expected, opt.connect_timeout_ms, take, missing);
   ::close(listen_fd_);
   listen_fd_ = -1;
 
@@ -162,7 +157,8 @@ void Transport::setup_shared_memory(const std::vector<PeerAddress>& peers, const
     shm_->unlink();
   } else {
     char go = 0;
-    recv_all(live_fd_[creator], &go, 1, opt.connect_timeout_ms, "waiting for shared memory");
+    recv_all(live_fd_[creator], &go, 1, opt.connect_timeout_ms,
+             "waiting for " + describe(creator) + " to create the shared memory of this host's ranks");
     shm_ = ShmSegment::attach(name, local_size_, data_bytes, ctrl_bytes);
     char ack = 'A';
     send_all(live_fd_[creator], &ack, 1, opt.connect_timeout_ms, "acknowledging shared memory");

@@ -22,7 +22,7 @@ struct PeerAddress {
 };
 
 struct TransportOptions {
-  std::string job_token;          // shared secret-derived token; stray connections are refused
+  std::string job_token;          // secret-derived key of the peer handshake (peer_handshake.h)
   int connect_timeout_ms = 120000;
   int data_timeout_ms = 600000;   // an exchange that makes no progress this long fails
   size_t shm_data_ring_bytes = 4 << 20;
@@ -32,7 +32,8 @@ struct TransportOptions {
 
 class Transport {
  public:
-  Transport(int rank, int size);
+  // Listens for peers on bind_host ("" or "0.0.0.0": every interface).
+  Transport(int rank, int size, const std::string& bind_host = "");
   ~Transport();
   int listen_port() const { return listen_port_; }
   // Connects to every peer (blocking, bounded by connect_timeout_ms).

@@ -45,8 +45,29 @@ class _CreatesMarker:
         return (open, (self.path, "w"))
 
 
-def _raw_frame(key: bytes, payload: bytes) -> bytes:
-    return struct.pack(">I", len(payload)) + hmac.new(key, payload, hashlib.sha256).digest() + payload
+def _session_pair(client_key: bytes, server_key: bytes):
+    """A client and a server session over a socketpair (the server's handshake on a thread)."""
+    a, b = socket.socketpair()
+    outcome = {}
+
+    def serve():
+        try:
+            outcome["server"] = wire.server_handshake(b, server_key, timeout=5)
+        except Exception as exc:
+            outcome["server"] = exc
+
+    t = threading.Thread(target=serve)
+    t.start()
+    try:
+        client = wire.client_handshake(a, client_key, timeout=5)
+    except Exception as exc:
+        client = exc
+    t.join(10)
+    return client, outcome["server"], (a, b)
+
+
+def _authenticated_socket(port: int, key: bytes) -> wire.Session:
+    return wire.client_handshake(socket.create_connection(("127.0.0.1", port), timeout=5), key, timeout=5)
 
 
 def _closed_by_peer(sock: socket.socket, within: float) -> bool:
@@ -69,32 +90,60 @@ def test_make_secret_is_32_fresh_bytes():
 
 
 def test_frame_roundtrip_and_rejections(secret):
-    a, b = socket.socketpair()
-    with a, b:
-        wire.send_frame(a, secret, b"hello")
-        assert wire.recv_frame(b, secret) == b"hello"
+    client, server, socks = _session_pair(secret, secret)
+    with socks[0], socks[1]:
+        client.send(b"hello")
+        assert server.recv() == b"hello"
+        server.send(b"reply")
+        assert client.recv() == b"reply"
 
-        wire.send_frame(a, b"another key", b"hello")
+        # A frame made under another session key fails its MAC.
+        other, _, other_socks = _session_pair(secret, secret)
+        with other_socks[0], other_socks[1]:
+            other.sock = socks[0]
+            other.send(b"hello")
         with pytest.raises(wire.AuthenticationError, match="MAC"):
-            wire.recv_frame(b, secret)
+            server.recv()
 
-        # The body of an oversized frame is never waited for: only the header was sent.
-        a.sendall(struct.pack(">I", 1025))
+    # The body of an oversized frame is never waited for: only the header was sent.
+    client, server, socks = _session_pair(secret, secret)
+    with socks[0], socks[1]:
+        socks[0].sendall(struct.pack(">IQ", 1025, 0) + b"\0" * 32)
         with pytest.raises(wire.FrameTooLargeError):
-            wire.recv_frame(b, secret, max_bytes=1024, timeout=5.0)
+            server.recv(max_bytes=1024, timeout=5.0)
 
-        a.sendall(struct.pack(">I", 100) + b"x" * 10)
+    client, server, socks = _session_pair(secret, secret)
+    with socks[0], socks[1]:
+        socks[0].sendall(struct.pack(">IQ", 100, 0) + b"\0" * 32 + b"x" * 10)
         t0 = time.monotonic()
         with pytest.raises(TimeoutError):
-            wire.recv_frame(b, secret, timeout=0.3)
+            server.recv(timeout=0.3)
         assert time.monotonic() - t0 < 2.0
 
-    c, d = socket.socketpair()
-    with d:
-        c.sendall(struct.pack(">I", 100) + b"x" * 10)
-        c.close()
+    client, server, socks = _session_pair(secret, secret)
+    with socks[1]:
+        socks[0].sendall(struct.pack(">IQ", 100, 0) + b"\0" * 32 + b"x" * 10)
+        socks[0].close()
         with pytest.raises(ConnectionError, match="mid-frame"):
-            wire.recv_frame(d, secret)
+            server.recv()
+
+
+def test_handshake_refuses_a_peer_without_the_secret(secret):
+    client, server, socks = _session_pair(b"not the secret", secret)
+    with socks[0], socks[1]:
+        assert isinstance(client, wire.AuthenticationError) and "prove" in str(client)
+    # The server side of a wrong-key client: the client's proof does not verify.
+    a, b = socket.socketpair()
+    with a, b:
+        a.sendall(b"HSW2" + os.urandom(16))
+        threading.Timer(0.2, lambda: a.sendall(os.urandom(32))).start()
+        with pytest.raises(wire.AuthenticationError, match="did not prove"):
+            wire.server_handshake(b, secret, timeout=5)
+    a, b = socket.socketpair()
+    with a, b:
+        a.sendall(struct.pack(">I", 60 * 1024 * 1024) + os.urandom(40))
+        with pytest.raises(wire.AuthenticationError, match="not a horovod_spark handshake"):
+            wire.server_handshake(b, secret, timeout=5)
 
 
 def test_message_decoder_refuses_globals_even_when_authenticated(tmp_path):
@@ -151,16 +200,22 @@ def test_wrong_key_frame_rejected_before_unpickling(server, secret, tmp_path, ca
     marker = tmp_path / "pwned"
     evil = pickle.dumps(("put", "s", "k", _CreatesMarker(str(marker))))
     with socket.create_connection(("127.0.0.1", server.port)) as s:
-        s.sendall(_raw_frame(b"wrong key", evil))
+        with pytest.raises(wire.AuthenticationError):
+            wire.client_handshake(s, b"wrong key", timeout=5)
+        s.sendall(struct.pack(">IQ", len(evil), 0) + hmac.new(b"wrong key", evil, hashlib.sha256).digest() + evil)
         assert _closed_by_peer(s, within=5)
     assert not marker.exists()
+    with socket.create_connection(("127.0.0.1", server.port)) as s:
+        s.sendall(b"HSW2" + os.urandom(16) + b"\0" * 32)
+        assert _closed_by_peer(s, within=5)
     rejected = [r for r in caplog.records if "rejected" in r.getMessage()]
     assert rejected and all(r.exc_info is None for r in rejected)  # one line, no traceback
 
     # With the right key the frame is accepted, but the decoder still refuses to build anything.
-    with socket.create_connection(("127.0.0.1", server.port)) as s:
-        s.sendall(_raw_frame(secret, evil))
-        reply = wire.recv_message(s, secret, timeout=5)
+    session = _authenticated_socket(server.port, secret)
+    with session.sock:
+        session.send(evil)
+        reply = session.recv_message(timeout=5)
     assert reply[:2] == ("err", "bad_request")
     assert not marker.exists()
 
@@ -179,7 +234,7 @@ def test_random_bytes_and_wrong_key_client_rejected(server, secret):
             except OSError:
                 pass  # the server already refused the header and reset the connection
             assert _closed_by_peer(s, within=5)
-    with pytest.raises((ConnectionError, KVError)):
+    with pytest.raises(KVError, match="prove"):
         KVClient("127.0.0.1", server.port, b"not the secret").put("s", "k", b"v")
     with client_of(server, secret) as c:
         c.put("s", "k", b"v")
@@ -188,12 +243,14 @@ def test_random_bytes_and_wrong_key_client_rejected(server, secret):
 
 def test_oversized_length_rejected_without_reading_body(secret):
     with KVStoreServer(secret, host="127.0.0.1", read_timeout=20.0, max_frame_bytes=1024) as srv:
+        # Before the handshake nothing but its fixed bytes is read: a length is just a bad greeting.
         with socket.create_connection(("127.0.0.1", srv.port)) as s:
-            s.sendall(struct.pack(">I", 1025))
-            # Closed at once (not after read_timeout): the announced length alone was refused.
+            s.sendall(struct.pack(">I", wire.DEFAULT_MAX_FRAME_BYTES - 1) + b"\0" * 16)
             assert _closed_by_peer(s, within=3)
-        with socket.create_connection(("127.0.0.1", srv.port)) as s:
-            s.sendall(struct.pack(">I", wire.DEFAULT_MAX_FRAME_BYTES + 1))
+        # After it, an announced length above the cap is refused at once (not after read_timeout).
+        session = _authenticated_socket(srv.port, secret)
+        with session.sock as s:
+            s.sendall(struct.pack(">IQ", 1025, 0))
             assert _closed_by_peer(s, within=3)
         with KVClient("127.0.0.1", srv.port, secret) as c:
             with pytest.raises(ConnectionError):
@@ -203,9 +260,9 @@ def test_oversized_length_rejected_without_reading_body(secret):
 
 
 def test_stalled_peer_does_not_block_others(secret):
-    with KVStoreServer(secret, host="127.0.0.1", read_timeout=0.5) as srv:
+    with KVStoreServer(secret, host="127.0.0.1", read_timeout=0.5, handshake_timeout=0.5) as srv:
         with socket.create_connection(("127.0.0.1", srv.port)) as stalled:
-            stalled.sendall(struct.pack(">I", 100))  # promises a body that never comes
+            stalled.sendall(b"HSW2")  # starts a handshake it never finishes
             with KVClient("127.0.0.1", srv.port, secret) as c:
                 c.put("s", "k", b"v")
                 assert c.get("s", "k", timeout=1) == b"v"

@@ -59,7 +59,7 @@ bool take_message(hs::TcpLink& link, size_t bytes, size_t unit, size_t piece, F&
 void scenario_links() {
   std::fprintf(stderr, "  TCP link: 8-byte elements after odd-sized messages\n");
   int port = 0;
-  const int listen_fd = hs::tcp_listen(&port);
+  const int listen_fd = hs::tcp_listen("127.0.0.1", &port);
   const int client = hs::tcp_connect("127.0.0.1", port, 10000);
   const int server = hs::tcp_accept(listen_fd, 10000);
   ::close(listen_fd);

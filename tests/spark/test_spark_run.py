@@ -6,6 +6,7 @@ import os
 import pickle
 import re
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -122,9 +123,17 @@ def _forge_then_work():
     outcome = {}
     if os.environ["HOROVOD_RANK"] == "0":
         with socket.create_connection((addr, port), timeout=10) as s:
-            wire.send_frame(s, b"not the secret", wire.encode_message(("failed", 1, "X", "forged", "")))
-            s.settimeout(10)
-            outcome["forged_reply"] = s.recv(1)  # b"": the service hung up without answering
+            try:
+                wire.client_handshake(s, b"not the secret", timeout=10)
+            except wire.AuthenticationError:
+                outcome["handshake"] = "refused"
+            forged = wire.encode_message(("failed", 1, "X", "forged", ""))
+            try:
+                s.sendall(struct.pack(">IQ", len(forged), 0) + b"\0" * 32 + forged)
+                s.settimeout(10)
+                outcome["forged_reply"] = s.recv(1)  # b"": the service hung up without answering
+            except ConnectionResetError:
+                outcome["forged_reply"] = b""  # hung up with our frame unread
     client = KVClient.from_env()
     client.put(os.environ["HOROVOD_RUN_SCOPE"], "ok", b"1")
     client.close()
@@ -473,7 +482,7 @@ def test_rank_leftovers_are_killed(spark, tmp_path):
 
 def test_forged_frames_during_a_run(spark):
     results = horovod_spark.run(_forge_then_work, num_proc=2, verbose=0)
-    assert results[0] == {"forged_reply": b""}
+    assert results[0] == {"handshake": "refused", "forged_reply": b""}
 
 
 class _Exploit:
@@ -486,6 +495,16 @@ class _Exploit:
         return (open, (self.path, "w"))
 
 
+def _hung_up(s, data: bytes) -> bool:
+    """Send ``data``; True when the service closes the connection without a reply byte."""
+    try:
+        s.sendall(data)
+        s.settimeout(5)
+        return s.recv(1) == b""
+    except (ConnectionResetError, BrokenPipeError):
+        return True  # closed with our bytes unread
+
+
 def test_driver_service_rejects_forged_frames_without_unpickling(tmp_path):
     key = wire.make_secret()
     marker = str(tmp_path / "pwned")
@@ -493,20 +512,19 @@ def test_driver_service_rejects_forged_frames_without_unpickling(tmp_path):
     port = service.start()
     try:
         evil = pickle.dumps(("failed", 0, "X", "forged", _Exploit(marker)))
-        # 1. Wrong secret: the connection is dropped before the payload is looked at.
+        # 1. Wrong secret: the handshake fails and the connection is dropped before any payload.
         with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
-            wire.send_frame(s, b"wrong key", evil)
-            s.settimeout(5)
-            assert s.recv(1) == b""
-        # 2. Right length and MAC field of garbage bytes: same.
+            with pytest.raises(wire.AuthenticationError):
+                wire.client_handshake(s, b"wrong key", timeout=5)
+            assert _hung_up(s, len(evil).to_bytes(4, "big") + b"\0" * 40 + evil)
+        # 2. A frame where a handshake belongs: same.
         with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
-            s.sendall(len(evil).to_bytes(4, "big") + b"\0" * 32 + evil)
-            s.settimeout(5)
-            assert s.recv(1) == b""
+            assert _hung_up(s, len(evil).to_bytes(4, "big") + b"\0" * 32 + evil)
         # 3. Even with the secret, a pickle that would import/call something is refused.
         with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
-            wire.send_frame(s, key, evil)
-            reply = wire.recv_message(s, key, timeout=5)
+            session = wire.client_handshake(s, key, timeout=5)
+            session.send(evil)
+            reply = session.recv_message(timeout=5)
             assert reply[0] == "err" and reply[1] == "bad_request"
         assert not os.path.exists(marker)
         with service.condition:
