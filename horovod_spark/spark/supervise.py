@@ -8,19 +8,19 @@ start_timeout with ranks still unregistered (name them, and say whether Spark ev
 import time
 from typing import Any, List
 
-import cloudpickle
-
 from horovod_spark.exceptions import HorovodSparkError, SparkRankFailedError, StartTimeoutError
 
 from .driver_service import DriverService
 from .job import BarrierJob
+from .results import ResultSpool
 
 _STAGE_POLL_S = 1.0
 _MPI_POLL_S = 0.2
 _MPI_REPORT_GRACE_S = 2.0
 
 
-def supervise(service: DriverService, job: BarrierJob, launcher, start_timeout: float, log) -> List[Any]:
+def supervise(service: DriverService, job: BarrierJob, launcher, start_timeout: float, log,
+              spool: ResultSpool) -> List[Any]:
     started = time.monotonic()
     deadline = started + start_timeout
     next_stage_poll = started + _STAGE_POLL_S
@@ -39,7 +39,7 @@ def supervise(service: DriverService, job: BarrierJob, launcher, start_timeout: 
         if failures:
             raise _rank_failure(service, job)
         if job.done:
-            return _collect(service, job)
+            return _collect(service, job, spool)
         if not table_ready and time.monotonic() >= deadline:
             raise _start_timeout_error(service, job, start_timeout)
         if launcher is not None and table_ready:
@@ -142,7 +142,7 @@ def _start_timeout_error(service: DriverService, job: BarrierJob, start_timeout:
         % (start_timeout, missing, why), missing, job.group)
 
 
-def _collect(service: DriverService, job: BarrierJob) -> List[Any]:
+def _collect(service: DriverService, job: BarrierJob, spool: ResultSpool) -> List[Any]:
     if job.error is not None:
         with service.condition:
             has_failures = bool(service.failures)
@@ -151,13 +151,17 @@ def _collect(service: DriverService, job: BarrierJob) -> List[Any]:
         raise HorovodSparkError("the Spark job of run() (group %s) failed outside fn (no rank "
                                 "reported an exception; e.g. a task's Python worker or executor "
                                 "died): %s" % (job.group, _spark_message(job.error))) from job.error
-    by_rank = {}
-    for partition, status, payload in job.results:
+    finished = set()
+    for partition, status, _ in job.results:
         if status != "ok":
+            with service.condition:
+                has_failures = bool(service.failures)
+            if has_failures:  # e.g. the driver refused a result too large to take
+                raise _rank_failure(service, job)
             raise HorovodSparkError("rank %d ended with status %r but no failure was reported"
                                     % (partition, status))
-        by_rank[partition] = payload
-    missing = [r for r in range(service.num_proc) if r not in by_rank]
+        finished.add(partition)
+    missing = [r for r in range(service.num_proc) if r not in finished]
     if missing:
         raise HorovodSparkError("the Spark job returned no result for ranks %s" % missing)
-    return [cloudpickle.loads(by_rank[r]) for r in range(service.num_proc)]
+    return [spool.load(r) for r in range(service.num_proc)]
