@@ -123,6 +123,11 @@ class StoreConnectionError(ConnectionError):
     """The store's filesystem could not be reached (no client library, unreachable service...)."""
 
 
+class StoreAccessError(OSError):
+    """The store's path cannot be written or read back by this process; the first line of the
+    message names the path and the cause."""
+
+
 class PetastormUnavailableError(ImportError):
     """data_module='petastorm' was asked for where Petastorm cannot be imported."""
 

@@ -37,6 +37,8 @@ def new_run_id() -> str:
 
 def run_fit(est, source):
     cfg = check_common(est)
+    # Before any Spark job: an unusable store would otherwise fail only once data preparation ran.
+    cfg.store.check_access()
     runner = run_ranks.choose(est.getOrDefault("backend"), cfg.num_proc)
     rank_env = runner.rank_env(est._rank_env(cfg), est._user_rank_env())
     plan = est._check_framework(cfg)
