@@ -95,7 +95,13 @@ def _spark_message(error) -> str:
 
 
 # A rank whose peer died fails with this from the core; the peer's own report is the root cause.
+# TensorFlow wraps it in its own error type (UnknownError) whose message still names it.
 _CONSEQUENTIAL = ("HorovodInternalError",)
+
+
+def _consequential(failure: dict) -> bool:
+    return failure["exc_type"] in _CONSEQUENTIAL or any(
+        "%s:" % name in failure["message"] for name in _CONSEQUENTIAL)
 # How long a consequential failure waits for the root cause's report. The wait ends as soon as that
 # report arrives; its bound only matters when none comes. The failed rank's report can trail its
 # peers' by its interpreter's teardown (torch, TensorFlow) and a busy machine's scheduling: seconds.
@@ -112,11 +118,11 @@ def _rank_failure(service: DriverService, job: BarrierJob) -> SparkRankFailedErr
     with service.condition:
         # A rank that lost its peer may report before the peer's own traceback arrives.
         service.condition.wait_for(
-            lambda: any(f["exc_type"] not in _CONSEQUENTIAL for f in service.failures)
+            lambda: any(not _consequential(f) for f in service.failures)
             or len({f["rank"] for f in service.failures}) >= service.num_proc  # nobody left to report
             or time.monotonic() >= deadline, timeout=_ROOT_CAUSE_WAIT_S)
         failures = list(service.failures)
-    first = next((f for f in failures if f["exc_type"] not in _CONSEQUENTIAL), failures[0])
+    first = next((f for f in failures if not _consequential(f)), failures[0])
     others = {f["rank"]: f["exc_type"] for f in failures if f is not first}
     return SparkRankFailedError(first["rank"], first["exc_type"], first["message"], first["traceback"],
                            job.group, first["host"], others)
