@@ -1,9 +1,14 @@
 """The directory a Spark task gives its rank (the pickled function in, the result out) is private
 and gone after the run, whether fn returned, raised, or its task's Python worker was killed."""
+import _thread
+import glob
 import os
 import signal
 import stat
 import sys
+import tempfile
+import threading
+import time
 
 import cloudpickle
 import pytest
@@ -35,6 +40,8 @@ def _record_workdir_then(record: str, action: str):
         raise RuntimeError("fn failed on purpose")
     if action == "kill_task" and os.environ["HOROVOD_RANK"] == "1":
         os.kill(os.getppid(), signal.SIGKILL)  # the Spark task's Python worker, our parent
+    if action == "sleep":
+        time.sleep(600)
     return workdir
 
 
@@ -70,6 +77,35 @@ def test_run_directory_of_a_killed_task_is_removed_by_the_next_task(spark, tmp_p
         assert not os.path.exists(os.path.join(workdir, "call.pkl"))
     horovod_spark.run(os.getpid, num_proc=2, verbose=0)
     assert not any(os.path.exists(w) for w in workdirs), workdirs
+
+
+def _gone_within(paths, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while any(os.path.exists(p) for p in paths):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
+def test_run_directories_are_removed_when_run_is_interrupted(spark, tmp_path):
+    spools_before = set(glob.glob(os.path.join(tempfile.gettempdir(), "horovod_spark-results-*")))
+
+    def interrupt_once_both_ranks_run():
+        deadline = time.monotonic() + 120
+        while len(os.listdir(tmp_path)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        _thread.interrupt_main()  # what Ctrl-C in a notebook or terminal does
+
+    threading.Thread(target=interrupt_once_both_ranks_run, daemon=True).start()
+    with pytest.raises(KeyboardInterrupt):
+        horovod_spark.run(_record_workdir_then, args=(str(tmp_path), "sleep"), num_proc=2, verbose=0)
+    workdirs = _recorded(tmp_path)
+    assert len(workdirs) == 2
+    # The tasks remove their directories once their ranks are killed, just after run() returns.
+    assert _gone_within(workdirs, 15.0), workdirs
+    spools_after = set(glob.glob(os.path.join(tempfile.gettempdir(), "horovod_spark-results-*")))
+    assert spools_after <= spools_before
 
 
 def test_sweep_leaves_directories_of_live_tasks(tmp_path):
