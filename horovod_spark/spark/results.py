@@ -32,16 +32,30 @@ def _mib(n: int) -> str:
     return "%.1f MiB" % (n / 1024.0 ** 2)
 
 
+def _read_int(path: str) -> Optional[int]:
+    try:
+        with open(path) as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None  # absent, or "max" (no limit)
+
+
 def available_memory() -> Optional[int]:
-    """What the kernel says new allocations can still get (MemAvailable), or None where unknown."""
+    """What new allocations can still get: the kernel's MemAvailable, lowered to what is left under
+    this process's cgroup (v2) limit when it has one (containers); None where unknown."""
+    available = None
     try:
         with open("/proc/meminfo") as f:
             for line in f:
                 if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
+                    available = int(line.split()[1]) * 1024
     except (OSError, ValueError, IndexError):
         pass
-    return None
+    limit, used = _read_int("/sys/fs/cgroup/memory.max"), _read_int("/sys/fs/cgroup/memory.current")
+    if limit is not None and used is not None:
+        left = max(0, limit - used)
+        available = left if available is None else min(available, left)
+    return available
 
 
 class ResultSpool:
@@ -109,9 +123,16 @@ class ResultSpool:
                                    % (offset, len(data), rank, size))
             path = self._path(rank)
         # Written outside the lock: ranks stream in parallel; each writes only its own file.
-        with open(path, "r+b") as f:
-            f.seek(offset)
-            f.write(data)
+        try:
+            with open(path, "r+b") as f:
+                f.seek(offset)
+                f.write(data)
+        except OSError as exc:
+            message = ("the driver could not write rank %d's result (%s) to %s: %s. Free space there, or point "
+                       "TMPDIR on the driver to a filesystem with room for the ranks' results"
+                       % (rank, _mib(size), self._dir, exc))
+            self._service.record_failure(rank, "ResultSpoolError", message)
+            raise RequestError(message) from None
         return None
 
     def _end(self, rank, size):
