@@ -123,6 +123,17 @@ class StoreConnectionError(ConnectionError):
     """The store's filesystem could not be reached (no client library, unreachable service...)."""
 
 
+class NonFiniteLossError(FloatingPointError):
+    """An estimator's training loss became NaN or infinite (``nonfinite_loss='raise'``, the default);
+    the message names the epoch, the step and the rank. Raised on the rank: the driver's
+    ``RankFailedError`` carries its name and message."""
+
+
+class StoreAccessError(OSError):
+    """The store's path cannot be written or read back by this process; the first line of the
+    message names the path and the cause."""
+
+
 class PetastormUnavailableError(ImportError):
     """data_module='petastorm' was asked for where Petastorm cannot be imported."""
 

@@ -262,8 +262,10 @@ STALL_CHECK_TIME_SECONDS = _define("HOROVOD_STALL_CHECK_TIME_SECONDS", core_numb
                                    "ranks to submit it (0 turns the check off; horovod-spark-run "
                                    "--stall-check-seconds sets it).", read_by=CORE)
 STALL_SHUTDOWN_TIME_SECONDS = _define("HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", core_number(0, "seconds"), 0,
-                                      "Fail a tensor stalled this long instead of only warning (0: never).",
-                                      read_by=CORE)
+                                      "Fail a tensor stalled this long instead of only warning (0: never). On Spark "
+                                      "(horovod_spark.run, the estimators' fits) the ranks get it from run()'s env, "
+                                      "else the driver's environment, else HOROVOD_SPARK_STALL_SHUTDOWN_TIME_SECONDS.",
+                                      read_by=CORE, default_text="0 (never); 600 on Spark")
 STALL_CHECK_DISABLE = _define("HOROVOD_STALL_CHECK_DISABLE", CORE_FLAG, False, "Turn the stall check off.",
                               read_by=CORE)
 PROCESS_SET_TIMEOUT = _define("HOROVOD_PROCESS_SET_TIMEOUT", core_number(1, "seconds"), 120, "How long "
@@ -309,6 +311,15 @@ SPARK_USE_MPI = _define("HOROVOD_SPARK_USE_MPI", FLAG, False, "MPI mode (mpirun 
                         "horovod_spark.run's use_mpi is not given.")
 SPARK_MPIRUN = _define("HOROVOD_SPARK_MPIRUN", text("the path of Open MPI's mpirun"), None, "The mpirun of MPI "
                        "mode.", default_text="mpirun on PATH")
+SPARK_STALL_SHUTDOWN_TIME = _define("HOROVOD_SPARK_STALL_SHUTDOWN_TIME_SECONDS", seconds(0, example="600"), 600.0,
+                                    "The HOROVOD_STALL_SHUTDOWN_TIME_SECONDS that horovod_spark.run and the "
+                                    "estimators' fits give their ranks when the driver's environment and run()'s "
+                                    "env set none: a collective some rank never joins fails the run after this "
+                                    "long instead of holding the cluster's task slots forever (0: never).")
+SPARK_MAX_RESULT_BYTES = _define("HOROVOD_SPARK_MAX_RESULT_BYTES", whole_number(1), 4 * 1024 ** 3,
+                                 "The largest pickled return value one rank of horovod_spark.run may send back; "
+                                 "results stream to a private spool file on the driver, never through the "
+                                 "driver JVM. A larger one fails the run naming its size.")
 
 # -- the security of the job's services and peer ports (docs/security.md) ---------------------------
 BIND_ANY = _define("HOROVOD_SPARK_BIND_ANY", FLAG, False, "Let the job's services (the KV service, horovod_spark.run's "

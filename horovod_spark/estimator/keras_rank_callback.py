@@ -28,9 +28,13 @@ class EstimatorCallback(keras.callbacks.Callback):
         self._epoch = epoch
 
     def on_train_batch_end(self, batch, logs=None):
-        # Keras' batch logs are running means over the epoch so far, as the Torch progress shows.
+        # Keras' batch logs are running means over the epoch so far, as the Torch progress shows;
+        # a mean turns NaN or infinite at the step whose loss did, so the step named is the culprit.
+        values = _floats(logs)
+        if "loss" in values:
+            self.trainer.loss_guard.check(values["loss"], self._epoch, batch)
         if self.trainer.reporter.enabled:
-            self.trainer.reporter.step(self._epoch, batch + 1, _floats(logs))
+            self.trainer.reporter.step(self._epoch, batch + 1, values)
 
     def on_epoch_end(self, epoch, logs=None):
         t = self.trainer

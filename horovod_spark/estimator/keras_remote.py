@@ -19,6 +19,7 @@ from horovod_spark.common import config
 from .common import rank_device
 from .common.checkpoint import CheckpointStore
 from .common.history import History
+from .common.nonfinite import LossGuard
 from .common.progress_rank import ProgressReporter
 from .common.rank_data import report_cache, train_reader, val_reader
 from .common.shapes import per_row_shape
@@ -106,6 +107,7 @@ class _KerasTrainer:
         self.val_steps = 0 if self.val_reader is None else self.val_reader.steps_per_epoch
         self.checkpoints = CheckpointStore(spec.store, spec.run_id, keep=spec.keep_checkpoints)
         self.reporter = ProgressReporter(self.rank == 0 and spec.verbose > 0, spec.progress_interval)
+        self.loss_guard = LossGuard(spec.nonfinite_loss, self.rank)
 
     def _restore(self, state):
         self.model.set_weights(state["weights"])

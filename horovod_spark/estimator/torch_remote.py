@@ -15,6 +15,7 @@ import numpy as np
 from .common import rank_device
 from .common.checkpoint import CheckpointStore
 from .common.history import EpochMetrics, History
+from .common.nonfinite import LossGuard
 from .common.progress_rank import ProgressReporter
 from .common.rank_data import report_cache, train_reader, val_batches, val_reader
 from .common.shapes import label_arrays, model_inputs, per_row_shape
@@ -95,6 +96,7 @@ class _Trainer:
         self.val_reader = val_reader(spec, self.rank, self.size, transformation_fn)
         self.checkpoints = CheckpointStore(spec.store, spec.run_id, keep=spec.keep_checkpoints)
         self.reporter = ProgressReporter(self.rank == 0 and spec.verbose > 0, spec.progress_interval)
+        self.loss_guard = LossGuard(spec.nonfinite_loss, self.rank)
 
     # -- the loop ----------------------------------------------------------------------------------
     def run(self):
@@ -145,6 +147,7 @@ class _Trainer:
                 with torch.no_grad():
                     values.update(self._metrics(outputs, labels))
                 logs = {name: float(v) for name, v in values.items()}
+                self.loss_guard.check(logs["loss"], epoch, step)
                 metrics.add(logs, len(labels[0]))
                 if self.output_shapes is None:
                     self.output_shapes = [per_row_shape(o) for o in outputs]

@@ -11,6 +11,7 @@ from . import preflight
 from .driver_service import start_driver_service
 from .job import BarrierJob
 from .output import OutputSink
+from .results import ResultSpool
 from .supervise import supervise
 from .task import TaskSpec, run_task
 
@@ -68,6 +69,17 @@ def _rank_env(env) -> Dict[str, str]:
         out[k] = str(v)
     config.check_assignments(out, "env")
     return out
+
+
+def _with_stall_shutdown(rank_env: Dict[str, str]) -> Dict[str, str]:
+    """The ranks' HOROVOD_STALL_SHUTDOWN_TIME_SECONDS: run()'s env, else the driver's, else the Spark
+    default. The core's own default (0) only warns, and on Spark a collective some rank never joins
+    would then hold the cluster's task slots forever."""
+    variable = config.STALL_SHUTDOWN_TIME_SECONDS
+    if not rank_env.get(variable.name):
+        variable.get()  # a bad value on the driver is refused here, naming the variable
+        rank_env[variable.name] = variable.raw() or repr(config.SPARK_STALL_SHUTDOWN_TIME.get())
+    return rank_env
 
 
 def _driver_addresses(sc) -> List[str]:
@@ -142,7 +154,7 @@ def run(fn: Callable, args=(), kwargs: Optional[dict] = None, num_proc: Optional
     sc = _spark_context()
     num_proc = preflight.check_num_proc(num_proc, sc.defaultParallelism)
     start_timeout = _start_timeout(start_timeout)
-    rank_env = _rank_env(env)
+    rank_env = _with_stall_shutdown(_rank_env(env))
     use_mpi = _use_mpi(use_mpi, use_gloo)
     mpi_args = _extra_mpi_args(extra_mpi_args, use_mpi)
     nic_list = _nics(nics)
@@ -162,6 +174,11 @@ def run(fn: Callable, args=(), kwargs: Optional[dict] = None, num_proc: Optional
     key = wire.make_secret()
     addrs = _driver_addresses(sc)
     service = start_driver_service(key, num_proc, job_id, sink, sc.getConf().get("spark.driver.bindAddress"), addrs)
+    try:
+        spool = ResultSpool(service)
+    except BaseException:
+        service.stop()
+        raise
     bind = service.host
     log(2, "driver service on %s:%d (bound to %s)" % (addrs[0], service.port, bind))
     spec = TaskSpec(job_id=job_id, driver_addrs=addrs, port=service.port, key=key, num_proc=num_proc,
@@ -182,7 +199,7 @@ def run(fn: Callable, args=(), kwargs: Optional[dict] = None, num_proc: Optional
             from .mpi_launch import MpiLauncher  # checks for mpirun before any job exists
             launcher = MpiLauncher(service, addrs[0], key, num_proc, sink, log, mpi_args, nic_list)
         job.start()
-        results = supervise(service, job, launcher, start_timeout, log)
+        results = supervise(service, job, launcher, start_timeout, log, spool)
         ok = True
         return results
     finally:
@@ -205,3 +222,4 @@ def run(fn: Callable, args=(), kwargs: Optional[dict] = None, num_proc: Optional
             sink.close()
         finally:
             service.stop()
+            spool.close()

@@ -195,6 +195,10 @@ class DriverService(KVStoreServer):
         for name, value in (("exc_type", exc_type), ("message", message), ("traceback", traceback)):
             if not isinstance(value, str):
                 raise RequestError("%s must be a str" % name)
+        self.record_failure(rank, exc_type, message, traceback)
+
+    def record_failure(self, rank: int, exc_type: str, message: str, traceback: str = "") -> None:
+        """Note a rank's failure (the first per rank counts) and wake run()'s supervisor."""
         with self.condition:
             if not any(f["rank"] == rank for f in self.failures):
                 host = self.registrations.get(rank, {}).get("host", "")

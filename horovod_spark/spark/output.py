@@ -4,11 +4,23 @@ Chunks arrive as raw bytes cut wherever the task's read happened to end, so each
 keeps its unfinished last line until the newline (or the end of the run) arrives; otherwise two
 ranks' half-lines would interleave into one. The prefix follows horovodrun's ``[rank]<stream>:``
 so log tooling written for Horovod keeps working.
+
+The core's stall warnings (a collective some ranks have not joined: which ranks, which tensor)
+also go to the driver's log, the ``horovod_spark.spark.stall`` logger, so they are on record where
+the driver's logging is collected even when the ranks' output is shown elsewhere or not kept.
 """
+import logging
 import sys
 import threading
 import time
 from typing import Dict, List, Optional, Tuple
+
+# The core prints this at the start of each stall warning (native/engine/coordinator.cc).
+STALL_MARK = "[horovod_spark] WARNING: stall:"
+stall_log = logging.getLogger("horovod_spark.spark.stall")
+# Only to handlers the application configured (Spark's driver log, the user's): without one, the
+# line is already on the console as the rank's stderr and must not be printed twice.
+stall_log.addHandler(logging.NullHandler())
 
 
 def _format_time(t: float) -> str:
@@ -57,6 +69,8 @@ class OutputSink:
 
     def _write(self, rank: int, stream: str, t: float, line: bytes) -> None:
         text = line.decode("utf-8", errors="replace").rstrip("\r")
+        if stream == "stderr" and text.startswith(STALL_MARK):
+            stall_log.warning("rank %d: %s", rank, text[len("[horovod_spark] "):])
         prefix = _format_time(t) if self._timestamps else ""
         self._files[stream].write("%s[%d]<%s>:%s\n" % (prefix, rank, stream, text))
 

@@ -34,9 +34,9 @@ def _die_with_parent() -> None:
 
 
 def _write_atomic(path: str, data: bytes) -> None:
+    from horovod_spark.spark.run_dir import write_private
     tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(data)
+    write_private(tmp, data)
     os.replace(tmp, path)
 
 
@@ -85,8 +85,12 @@ def main(workdir: str) -> int:
         _report_error(workdir, exc, traceback.format_exc(), "")
         return 1
     try:
-        with open(os.path.join(workdir, "call.pkl"), "rb") as f:
+        call_path = os.path.join(workdir, "call.pkl")
+        with open(call_path, "rb") as f:
             fn, args, kwargs = cloudpickle.load(f)
+        # Read once; removed now so the pickled function is gone even if our task is killed
+        # before it removes the directory.
+        os.unlink(call_path)
     except BaseException as exc:
         _report_error(workdir, exc, traceback.format_exc(), "cannot unpickle fn on the executor "
                       "(is every module it uses installed there?): ")

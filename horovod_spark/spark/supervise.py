@@ -8,19 +8,19 @@ start_timeout with ranks still unregistered (name them, and say whether Spark ev
 import time
 from typing import Any, List
 
-import cloudpickle
-
 from horovod_spark.exceptions import HorovodSparkError, SparkRankFailedError, StartTimeoutError
 
 from .driver_service import DriverService
 from .job import BarrierJob
+from .results import ResultSpool
 
 _STAGE_POLL_S = 1.0
 _MPI_POLL_S = 0.2
 _MPI_REPORT_GRACE_S = 2.0
 
 
-def supervise(service: DriverService, job: BarrierJob, launcher, start_timeout: float, log) -> List[Any]:
+def supervise(service: DriverService, job: BarrierJob, launcher, start_timeout: float, log,
+              spool: ResultSpool) -> List[Any]:
     started = time.monotonic()
     deadline = started + start_timeout
     next_stage_poll = started + _STAGE_POLL_S
@@ -39,7 +39,7 @@ def supervise(service: DriverService, job: BarrierJob, launcher, start_timeout: 
         if failures:
             raise _rank_failure(service, job)
         if job.done:
-            return _collect(service, job)
+            return _collect(service, job, spool)
         if not table_ready and time.monotonic() >= deadline:
             raise _start_timeout_error(service, job, start_timeout)
         if launcher is not None and table_ready:
@@ -95,7 +95,13 @@ def _spark_message(error) -> str:
 
 
 # A rank whose peer died fails with this from the core; the peer's own report is the root cause.
+# TensorFlow wraps it in its own error type (UnknownError) whose message still names it.
 _CONSEQUENTIAL = ("HorovodInternalError",)
+
+
+def _consequential(failure: dict) -> bool:
+    return failure["exc_type"] in _CONSEQUENTIAL or any(
+        "%s:" % name in failure["message"] for name in _CONSEQUENTIAL)
 # How long a consequential failure waits for the root cause's report. The wait ends as soon as that
 # report arrives; its bound only matters when none comes. The failed rank's report can trail its
 # peers' by its interpreter's teardown (torch, TensorFlow) and a busy machine's scheduling: seconds.
@@ -112,11 +118,11 @@ def _rank_failure(service: DriverService, job: BarrierJob) -> SparkRankFailedErr
     with service.condition:
         # A rank that lost its peer may report before the peer's own traceback arrives.
         service.condition.wait_for(
-            lambda: any(f["exc_type"] not in _CONSEQUENTIAL for f in service.failures)
+            lambda: any(not _consequential(f) for f in service.failures)
             or len({f["rank"] for f in service.failures}) >= service.num_proc  # nobody left to report
             or time.monotonic() >= deadline, timeout=_ROOT_CAUSE_WAIT_S)
         failures = list(service.failures)
-    first = next((f for f in failures if f["exc_type"] not in _CONSEQUENTIAL), failures[0])
+    first = next((f for f in failures if not _consequential(f)), failures[0])
     others = {f["rank"]: f["exc_type"] for f in failures if f is not first}
     return SparkRankFailedError(first["rank"], first["exc_type"], first["message"], first["traceback"],
                            job.group, first["host"], others)
@@ -142,7 +148,7 @@ def _start_timeout_error(service: DriverService, job: BarrierJob, start_timeout:
         % (start_timeout, missing, why), missing, job.group)
 
 
-def _collect(service: DriverService, job: BarrierJob) -> List[Any]:
+def _collect(service: DriverService, job: BarrierJob, spool: ResultSpool) -> List[Any]:
     if job.error is not None:
         with service.condition:
             has_failures = bool(service.failures)
@@ -151,13 +157,17 @@ def _collect(service: DriverService, job: BarrierJob) -> List[Any]:
         raise HorovodSparkError("the Spark job of run() (group %s) failed outside fn (no rank "
                                 "reported an exception; e.g. a task's Python worker or executor "
                                 "died): %s" % (job.group, _spark_message(job.error))) from job.error
-    by_rank = {}
-    for partition, status, payload in job.results:
+    finished = set()
+    for partition, status, _ in job.results:
         if status != "ok":
+            with service.condition:
+                has_failures = bool(service.failures)
+            if has_failures:  # e.g. the driver refused a result too large to take
+                raise _rank_failure(service, job)
             raise HorovodSparkError("rank %d ended with status %r but no failure was reported"
                                     % (partition, status))
-        by_rank[partition] = payload
-    missing = [r for r in range(service.num_proc) if r not in by_rank]
+        finished.add(partition)
+    missing = [r for r in range(service.num_proc) if r not in finished]
     if missing:
         raise HorovodSparkError("the Spark job returned no result for ranks %s" % missing)
-    return [cloudpickle.loads(by_rank[r]) for r in range(service.num_proc)]
+    return [spool.load(r) for r in range(service.num_proc)]

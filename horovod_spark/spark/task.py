@@ -8,10 +8,8 @@ which is handled the same way, so no rank outlives its run().
 """
 import collections
 import os
-import shutil
 import socket
 import sys
-import tempfile
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -21,6 +19,7 @@ from horovod_spark.common import config, wire
 from horovod_spark.common.kv_client import KVClient
 
 from . import placement as placement_mod
+from . import results, run_dir
 from .mpi_task import MpiDaemonSlot
 from .rank_process import RankProcess
 from .task_control import TaskControl
@@ -147,8 +146,7 @@ def _outcome(workdir: str, returncode: int, shipper: _Shipper, use_mpi: bool):
     result_path = os.path.join(workdir, "result.pkl")
     error_path = os.path.join(workdir, "error.msg")
     if os.path.exists(result_path) and (returncode == 0 or use_mpi):
-        with open(result_path, "rb") as f:
-            return "ok", f.read(), None
+        return "ok", result_path, None
     if os.path.exists(error_path):
         with open(error_path, "rb") as f:
             exc_type, message, tb = wire.decode_message(f.read())
@@ -164,7 +162,8 @@ def _outcome(workdir: str, returncode: int, shipper: _Shipper, use_mpi: bool):
 
 
 def run_task(spec: TaskSpec, _iterator):
-    """mapPartitions body: yields one (partition, status, result bytes or None)."""
+    """mapPartitions body: yields one (partition, status, None); an "ok" rank's result went to the
+    driver service already (results.send), never through Spark's task results."""
     partition, executor, gpus, attempt_id = _task_context()
     client, addr = _connect(spec)
     control: Optional[TaskControl] = None
@@ -183,9 +182,8 @@ def run_task(spec: TaskSpec, _iterator):
             return [(partition, "aborted", None)]
         place = placement_mod.compute([entry["host"] for entry in value])[partition]
 
-        workdir = tempfile.mkdtemp(prefix="horovod_spark-%s-%d-" % (spec.job_id[:8], partition))
-        with open(os.path.join(workdir, "call.pkl"), "wb") as f:
-            f.write(spec.call)
+        workdir = run_dir.create(spec.job_id, partition)
+        run_dir.write_private(os.path.join(workdir, "call.pkl"), spec.call)
         shipper = _Shipper(client, partition)
         env = rank_env(spec, addr, place, gpus, workdir)
         if spec.use_mpi:
@@ -221,7 +219,9 @@ def run_task(spec: TaskSpec, _iterator):
             raise ConnectionError("horovod_spark task for rank %d %s" % (partition, control.lost_driver))
         if control.abort_reason is not None:
             return [(partition, "aborted", None)]
-        return [(partition, status, result)]
+        if status == "ok" and results.send(client, partition, result) is not None:
+            return [(partition, "aborted", None)]  # the driver refused it and fails the run, naming the size
+        return [(partition, status, None)]
     except BaseException as exc:
         # Our own machinery failed (not fn): tell the driver first so it cancels at once rather
         # than Spark retrying the barrier stage; then fail the Spark task too.
@@ -248,4 +248,4 @@ def run_task(spec: TaskSpec, _iterator):
             control.close(2.0)
         client.close()
         if workdir is not None:
-            shutil.rmtree(workdir, ignore_errors=True)
+            run_dir.remove(workdir)

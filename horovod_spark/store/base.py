@@ -1,8 +1,10 @@
 """The Store interface: a root path, the layout under it, and file operations via pyarrow.fs."""
 import posixpath
 import uuid
-from typing import List
+from typing import List, Optional
 from urllib.parse import urlparse
+
+from horovod_spark.exceptions import StoreAccessError
 
 INTERMEDIATE_DATA = "intermediate_data"
 RUNS = "runs"
@@ -21,10 +23,14 @@ class Store:
     # -- choosing an implementation -------------------------------------------------------------
 
     @staticmethod
-    def create(prefix_path: str, **kwargs) -> "Store":
+    def create(prefix_path: str, check: Optional[bool] = None, **kwargs) -> "Store":
         """LocalStore for plain paths and file://, DBFSLocalStore for /dbfs and dbfs:/,
         HDFSStore for hdfs://, FsspecStore for any other URL (s3://, gs://, abfs://, memory://...).
-        kwargs go to the chosen class (e.g. ``user=`` for HDFS, storage options for fsspec)."""
+        kwargs go to the chosen class (e.g. ``user=`` for HDFS, storage options for fsspec).
+
+        ``check``: write, read back and delete a probe file under the root now (``check_access``),
+        so an unusable path fails here rather than after a Spark job. The default checks local
+        and DBFS paths, which need no connection; remote stores are checked when a fit starts."""
         # Imported here: the subclasses import this module.
         from horovod_spark.store.dbfs import DBFSLocalStore, is_dbfs_path
         from horovod_spark.store.fsspec_store import FsspecStore
@@ -35,12 +41,40 @@ class Store:
             raise ValueError("Store.create needs a non-empty path or URL, got %r" % (prefix_path,))
         scheme = url_scheme(prefix_path)
         if is_dbfs_path(prefix_path):
-            return DBFSLocalStore(prefix_path, **kwargs)
-        if scheme in ("", "file"):
-            return LocalStore(prefix_path, **kwargs)
-        if scheme == "hdfs":
-            return HDFSStore(prefix_path, **kwargs)
-        return FsspecStore(prefix_path, **kwargs)
+            store = DBFSLocalStore(prefix_path, **kwargs)
+        elif scheme in ("", "file"):
+            store = LocalStore(prefix_path, **kwargs)
+        elif scheme == "hdfs":
+            store = HDFSStore(prefix_path, **kwargs)
+        else:
+            store = FsspecStore(prefix_path, **kwargs)
+        if check if check is not None else isinstance(store, LocalStore):
+            store.check_access()
+        return store
+
+    def check_access(self) -> None:
+        """Raise ``StoreAccessError`` unless this process can create the root, write a file under
+        it, read it back and delete it. Its first line names the root and the cause."""
+        probe = self.join(".horovod_spark-access-check-%s" % uuid.uuid4().hex)
+        data = b"horovod_spark store access check"
+        step = "create the directory"
+        try:
+            self.makedirs(self._root)
+            step = "write a file in"
+            self.write_bytes(probe, data)
+            step = "read back a file from"
+            if self.read_bytes(probe) != data:
+                raise OSError("the file read back differs from what was written")
+        except Exception as exc:
+            raise StoreAccessError(
+                "store path %r is not usable: cannot %s it (%s: %s)\nChoose a directory this process can "
+                "write and read (on a cluster, one that every executor reaches too), or fix its permissions."
+                % (self._root, step, type(exc).__name__, exc)) from exc
+        finally:
+            try:
+                self.delete(probe)
+            except Exception:
+                pass
 
     # -- what subclasses provide ----------------------------------------------------------------
 

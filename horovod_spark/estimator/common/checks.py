@@ -12,6 +12,7 @@ from typing import List, Optional, Union
 from horovod_spark.store import Store
 
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+NONFINITE_LOSS = ("raise", "warn")
 
 
 @dataclass
@@ -41,6 +42,8 @@ class FitConfig:
     callbacks: list
     transformation_fn: object
     inmemory_cache_all: bool = False
+    nonfinite_loss: str = "raise"
+    validate_finite: bool = False
 
 
 def _positive_int(name: str, value, allow_none: bool = False) -> Optional[int]:
@@ -144,6 +147,10 @@ def check_common(est) -> FitConfig:
         if not any(callable(getattr(cb, h, None)) for h in hooks):
             raise ValueError("callbacks: %r has none of the methods %s; a callback implements at least one"
                              % (cb, ", ".join(hooks)))
+    nonfinite_loss = get("nonfinite_loss")
+    if nonfinite_loss not in NONFINITE_LOSS:
+        raise ValueError("nonfinite_loss=%r: pass 'raise' (a NaN or infinite loss stops the fit) or 'warn' (it is "
+                         "reported and training goes on)" % (nonfinite_loss,))
     transformation_fn = get("transformation_fn")
     if transformation_fn is not None and not callable(transformation_fn):
         raise ValueError("transformation_fn must be a function(batch dict) -> batch dict, got %r"
@@ -156,7 +163,8 @@ def check_common(est) -> FitConfig:
                      shuffle=bool(shuffle), shuffle_buffer_rows=buffer_rows, random_seed=seed,
                      backward_passes_per_step=backward_passes, run_id=run_id, verbose=verbose,
                      use_gpu=bool(est.getOrDefault("use_gpu")), data_module=data_module, callbacks=callbacks,
-                     transformation_fn=transformation_fn, inmemory_cache_all=inmemory_cache_all)
+                     transformation_fn=transformation_fn, inmemory_cache_all=inmemory_cache_all,
+                     nonfinite_loss=nonfinite_loss, validate_finite=bool(get("validate_finite")))
 
 
 def check_columns(cfg: FitConfig, available: List[str], where: str) -> None:

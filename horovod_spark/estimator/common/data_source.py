@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from .checks import FitConfig, check_columns
+from .nonfinite import check_finite
 
 
 @dataclass
@@ -44,6 +45,8 @@ class DataFrameSource:
 
     def prepare(self, cfg: FitConfig, num_proc: int, split_seed: int) -> DataSpec:
         from horovod_spark.data import prepare_data
+        if cfg.validate_finite:
+            check_finite(self.df, cfg.feature_cols + cfg.label_cols, "the DataFrame")
         prepared = prepare_data(cfg.store, self.df, cfg.feature_cols, cfg.label_cols,
                                 sample_weight_col=cfg.sample_weight_col, validation=cfg.validation,
                                 num_proc=num_proc, seed=split_seed)
@@ -61,11 +64,15 @@ class ParquetSource:
         self._resolved = None
 
     def spark_context(self):
+        return self._session().sparkContext
+
+    @staticmethod
+    def _session():
         from pyspark.sql import SparkSession
         session = SparkSession.getActiveSession() or getattr(SparkSession, "_instantiatedSession", None)
         if session is None:
             raise ValueError("fit_on_parquet needs an active SparkSession to run the ranks on; create one first")
-        return session.sparkContext
+        return session
 
     def _resolve(self, store):
         train, val = store.resolve(self.train_path), store.resolve(self.val_path) if self.val_path else None
@@ -94,6 +101,10 @@ class ParquetSource:
     def prepare(self, cfg: FitConfig, num_proc: int, split_seed: int) -> DataSpec:
         import pyarrow.dataset as ds
         train, val = self._resolved or self._resolve(cfg.store)
+        if cfg.validate_finite:
+            for path in (p for p in (train, val) if p is not None):
+                check_finite(self._session().read.parquet(cfg.store.to_spark_path(path)),
+                             cfg.feature_cols + cfg.label_cols, "the Parquet files at %s" % path)
         rows, fingerprint = [], hashlib.sha256()
         for path in (train, val):
             if path is None:

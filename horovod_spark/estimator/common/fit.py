@@ -37,6 +37,8 @@ def new_run_id() -> str:
 
 def run_fit(est, source):
     cfg = check_common(est)
+    # Before any Spark job: an unusable store would otherwise fail only once data preparation ran.
+    cfg.store.check_access()
     runner = run_ranks.choose(est.getOrDefault("backend"), cfg.num_proc)
     rank_env = runner.rank_env(est._rank_env(cfg), est._user_rank_env())
     plan = est._check_framework(cfg)
@@ -98,7 +100,8 @@ def run_fit(est, source):
         train_steps_per_epoch=cfg.train_steps_per_epoch, validation_steps_per_epoch=cfg.validation_steps_per_epoch,
         shuffle=cfg.shuffle, shuffle_buffer_rows=cfg.shuffle_buffer_rows, seed=seed,
         backward_passes_per_step=cfg.backward_passes_per_step, data_module=cfg.data_module, use_gpu=cfg.use_gpu,
-        verbose=cfg.verbose, payload=plan.payload, inmemory_cache_all=cfg.inmemory_cache_all)
+        verbose=cfg.verbose, payload=plan.payload, inmemory_cache_all=cfg.inmemory_cache_all,
+        nonfinite_loss=cfg.nonfinite_loss)
 
     log(1, "run %s: training %d epoch(s) on %d rank(s)%s" % (
         run_id, cfg.epochs, num_proc, ", resuming after epoch %d" % start_epoch if start_epoch else ""))

@@ -113,6 +113,12 @@ class EstimatorParams(ColumnParams):
     inmemory_cache_all = _param("inmemory_cache_all", "keep the prepared data each rank reads in its memory while it "
                                 "fits, so that epochs after the first (and validation) read no files",
                                 TypeConverters.toBoolean)
+    nonfinite_loss = _param("nonfinite_loss", "what a NaN or infinite training loss does: 'raise' stops the fit "
+                            "with an error naming the epoch and step, 'warn' warns once per epoch and goes on",
+                            TypeConverters.toString)
+    validate_finite = _param("validate_finite", "before training, check with one Spark job that the feature and "
+                             "label columns hold no NaN or infinite value, and fail naming the columns if they do",
+                             TypeConverters.toBoolean)
 
     def __init__(self):
         super().__init__()
@@ -121,7 +127,7 @@ class EstimatorParams(ColumnParams):
                          train_steps_per_epoch=None, validation_steps_per_epoch=None, shuffle=True,
                          random_seed=None, gradient_compression=None, backward_passes_per_step=1, store=None,
                          callbacks=[], transformation_fn=None, verbose=1, use_gpu=True, data_module="arrow",
-                         backend=None, inmemory_cache_all=False)
+                         backend=None, inmemory_cache_all=False, nonfinite_loss="raise", validate_finite=False)
 
 
 @with_accessors

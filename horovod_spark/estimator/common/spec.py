@@ -35,6 +35,7 @@ class TrainSpec:
     verbose: int
     payload: bytes                 # the framework's cloudpickled model, optimizer, loss, ...
     inmemory_cache_all: bool = False   # ranks keep the row groups they read in memory (data/row_group_cache.py)
+    nonfinite_loss: str = "raise"      # 'raise' | 'warn' (common/nonfinite.py)
     keep_checkpoints: int = 2
     progress_interval: float = 0.5
 

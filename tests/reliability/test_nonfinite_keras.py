@@ -1,0 +1,36 @@
+"""A NaN training loss stops a KerasEstimator fit with an error naming the epoch and step."""
+import math
+import sys
+
+import cloudpickle
+import pytest
+
+pyspark = pytest.importorskip("pyspark")
+keras = pytest.importorskip("keras")
+
+from horovod_spark.estimator import KerasEstimator  # noqa: E402
+from horovod_spark.spark import RankFailedError  # noqa: E402
+from horovod_spark.store import Store  # noqa: E402
+
+pytestmark = pytest.mark.timeout(600)
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+def _linear_model():
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input((1,), name="x")
+    model = keras.Model(inputs, keras.layers.Dense(1)(inputs))
+    model.compile(optimizer=keras.optimizers.SGD(1e-3), loss="mse")
+    return model
+
+
+def test_nan_loss_stops_a_keras_fit_naming_epoch_and_step(spark, tmp_path):
+    # Rows 0-7 are finite, then every row is NaN: each rank's third batch of 4 rows is the first NaN one.
+    rows = [(float(i) if i < 8 else math.nan, 2.0 * i) for i in range(24)]
+    df = spark.createDataFrame(rows, ["x", "y"]).coalesce(1)
+    est = KerasEstimator(num_proc=2, model=_linear_model(), feature_cols=["x"], label_cols=["y"], batch_size=4,
+                         epochs=2, shuffle=False, random_seed=1, store=Store.create(str(tmp_path)), verbose=0)
+    with pytest.raises(RankFailedError) as info:
+        est.fit(df)
+    text = str(info.value)
+    assert "NonFiniteLossError" in text and "in epoch 1, step" in text, text
