@@ -1,0 +1,182 @@
+"""The barrier task of a run() from a Spark Connect client, run by ``mapInPandas(..., barrier=True)``.
+
+Over Spark Connect the client may not reach the executors nor they the client, so the service
+the classic driver hosts (rendezvous KV store, registration, failure reports, the control long
+poll: ``DriverService``) runs inside rank 0's task instead. Rank 0 publishes its address through
+``BarrierTaskContext.allGather``; then every task runs the classic task body (``task.run_task``)
+against it. What the classic driver receives over sockets comes back to the client as each task's
+one output row instead (a pickled report of plain values): the rank's status and cloudpickled
+result, and from rank 0 also every rank's failure reports and output, which therefore reach the
+client when the stage ends. Rank 0 also writes that output, prefixed, to its executor's stderr
+as it arrives, so the executor log shows it live.
+"""
+import json
+import pickle
+import socket
+import sys
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional
+
+from .driver_service import DriverService
+from .task import TaskSpec, run_task
+
+SCHEMA = "partition long, report binary"
+# Rank output kept in rank 0's task for the client; beyond it lines are dropped and counted.
+OUTPUT_LIMIT_BYTES = 64 << 20
+# After a first failure, how long rank 0 waits for the root cause's own report before stopping
+# the other ranks (a rank whose peer died reports first, see supervise._ROOT_CAUSE_WAIT_S).
+_ROOT_CAUSE_WAIT_S = 5.0
+_CONSEQUENTIAL = ("HorovodInternalError",)
+# After an abort, how long rank 0 waits for the other tasks to confirm their ranks exited.
+_EXIT_CONFIRM_S = 10.0
+
+
+@dataclass
+class ConnectSpec:
+    """What every task gets in the stage's closure (the secret travels as the plan does)."""
+    job_id: str
+    key: bytes
+    num_proc: int
+    call: bytes
+    start_timeout: float
+    host_key_mode: str
+    env: Dict[str, str] = field(default_factory=dict)
+    executable: Optional[str] = None
+    echo_output: bool = True
+
+    def task_spec(self, addrs: List[str], port: int) -> TaskSpec:
+        return TaskSpec(job_id=self.job_id, driver_addrs=addrs, port=port, key=self.key, num_proc=self.num_proc,
+                        call=self.call, start_timeout=self.start_timeout, host_key_mode=self.host_key_mode,
+                        env=dict(self.env), use_mpi=False, executable=self.executable)
+
+
+class _OutputLog:
+    """Rank output collected in rank 0's task for the client, within OUTPUT_LIMIT_BYTES."""
+
+    def __init__(self, echo: bool):
+        self.chunks: List[tuple] = []
+        self.dropped = 0
+        self._bytes = 0
+        self._echo = echo
+        self._lock = threading.Lock()
+
+    def __call__(self, rank: int, chunks) -> None:
+        with self._lock:
+            for stream, t, data in chunks:
+                if self._bytes + len(data) > OUTPUT_LIMIT_BYTES:
+                    self.dropped += len(data)
+                    continue
+                self._bytes += len(data)
+                self.chunks.append((rank, stream, t, data))
+                if self._echo:
+                    for line in data.decode("utf-8", "replace").splitlines():
+                        sys.stderr.write("[%d]<%s>:%s\n" % (rank, stream, line))
+            if self._echo:
+                sys.stderr.flush()
+
+
+class RankZeroHub:
+    """The service in rank 0's task, plus what the classic driver's supervise() does with it:
+    stop every rank once one failed, and wait until all confirmed their processes are gone."""
+
+    def __init__(self, spec: ConnectSpec):
+        self.spec = spec
+        self.output = _OutputLog(spec.echo_output)
+        self.service = DriverService(spec.key, spec.num_proc, spec.job_id, self.output, host="0.0.0.0")
+        self._started = time.monotonic()
+        self._watcher = threading.Thread(target=self._watch, name="hs-connect-watch", daemon=True)
+
+    def start(self, executor_address: str) -> dict:
+        self.service.start()
+        self._watcher.start()
+        addrs = [executor_address.rsplit(":", 1)[0]] if executor_address else []
+        try:
+            addrs.append(socket.gethostbyname(socket.gethostname()))
+        except OSError:
+            pass
+        addrs = [a for i, a in enumerate(addrs) if a and a not in addrs[:i]] or ["127.0.0.1"]
+        return {"addrs": addrs, "port": self.service.port}
+
+    def _all_exited(self) -> bool:
+        return len(self.service.exited) >= self.spec.num_proc
+
+    def _watch(self) -> None:
+        service = self.service
+        with service.condition:
+            service.condition.wait_for(lambda: service.failures or self._all_exited() or service.abort_reason)
+            if not service.failures or self._all_exited():
+                return
+            # A rank that lost its peer may report before the peer's own traceback arrives.
+            service.condition.wait_for(
+                lambda: any(f["exc_type"] not in _CONSEQUENTIAL for f in service.failures)
+                or len({f["rank"] for f in service.failures}) >= self.spec.num_proc,
+                timeout=_ROOT_CAUSE_WAIT_S)
+        service.abort("another rank failed")
+
+    def finish(self) -> dict:
+        """Wait for every rank's exit (or, when some never registered, for start_timeout), stop the
+        service and return what the client needs from it."""
+        service = self.service
+        give_up = self._started + self.spec.start_timeout + 35.0
+        with service.condition:
+            while not self._all_exited():
+                if service.table is None and time.monotonic() >= give_up:
+                    break
+                service.condition.wait(1.0)
+        if not self._all_exited():
+            service.abort("ranks %s never registered with rank 0's task" % service.missing_partitions())
+            service.wait_exited(range(self.spec.num_proc), _EXIT_CONFIRM_S)
+        with service.condition:
+            failures = list(service.failures)
+            missing = service.missing_partitions_locked()
+            service.abort_reason = service.abort_reason or "the run is over"
+            service.condition.notify_all()
+        self._watcher.join(1.0)
+        service.stop()
+        return {"failures": failures, "output": self.output.chunks, "output_dropped": self.output.dropped,
+                "missing": missing}
+
+
+def _error(exc: BaseException, what: str) -> tuple:
+    return (type(exc).__name__, "%s: %s" % (what, exc), traceback.format_exc())
+
+
+def stage(spec: ConnectSpec, batches):
+    """mapInPandas body: one output row per task, ``(partition, pickled report)``."""
+    import pandas as pd
+    from pyspark import BarrierTaskContext
+
+    for _ in batches:
+        pass  # the input rows only set the number of tasks
+    ctx = BarrierTaskContext.get()
+    partition = ctx.partitionId()
+    report = {"rank": partition, "status": "failed", "result": None, "error": None, "host": socket.gethostname()}
+    if ctx.attemptNumber() > 0:
+        # A second attempt of this task means one failed outside fn (a lost executor, a crashed
+        # Python worker); running fn again on half-finished state is never what the user wants.
+        # (Python sees no stage attempt number, so a retry of the whole stage is not caught here.)
+        report["error"] = ("SparkTaskRetry", "Spark retried this rank's task (attempt %d) after it failed outside "
+                           "fn (e.g. a lost executor or a crashed Python worker; see the executor logs); "
+                           "horovod_spark does not run fn again" % ctx.attemptNumber(), "")
+        yield pd.DataFrame({"partition": [partition], "report": [pickle.dumps(report)]})
+        return
+    hub = None
+    announce = ""
+    try:
+        if partition == 0:
+            hub = RankZeroHub(spec)
+            infos = ctx.getTaskInfos()
+            announce = json.dumps(hub.start(infos[0].address if infos else ""))
+        messages = ctx.allGather(announce)
+        where = json.loads(messages[0])
+        rows = run_task(spec.task_spec(where["addrs"], int(where["port"])), iter(()))
+        _, report["status"], report["result"] = rows[0]
+    except BaseException as exc:  # reported in the row: a failed task would make Spark retry the stage
+        report["error"] = _error(exc, "horovod_spark task of rank %d failed" % partition)
+    finally:
+        if hub is not None:
+            report["hub"] = hub.finish()
+    yield pd.DataFrame({"partition": [partition], "report": [pickle.dumps(report)]})
