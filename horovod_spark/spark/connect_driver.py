@@ -55,6 +55,7 @@ class _ConnectJob:
         self.error: Optional[BaseException] = None
         self.stage_seen_at: Optional[float] = None
         self.running_at: Optional[float] = None
+        self.announced = False
         self.done = threading.Event()
         self._thread = threading.Thread(target=self._run, name="hs-connect-job:%s" % tag, daemon=True)
 
@@ -116,8 +117,8 @@ def _wait(job: _ConnectJob, num_proc: int, start_timeout: float, stage_wait: Opt
                 "slots at once and other jobs may be holding them. Raise start_timeout (or "
                 "HOROVOD_SPARK_START_TIMEOUT) if the cluster is just slow." % (start_timeout, num_proc),
                 list(range(num_proc)), job.tag)
-        if job.running_at is not None and job.stage_seen_at is not None and not getattr(job, "_announced", False):
-            job._announced = True
+        if job.running_at is not None and not job.announced:
+            job.announced = True
             log(2, "the barrier stage's tasks are running (%.1f s after submission)" % elapsed)
 
 
@@ -167,8 +168,8 @@ def _results(rows, num_proc: int, tag: str, sink: OutputSink, log) -> List[Any]:
     return [cloudpickle.loads(reports[r]["result"]) for r in range(num_proc)]
 
 
-def run_connect(session, fn, args, kwargs, num_proc, start_timeout, use_mpi, extra_mpi_args, env, stdout, stderr,
-                verbose, nics, prefix_output_with_timestamp, executable) -> List[Any]:
+def run_connect(session, fn, args, kwargs, num_proc, start_timeout, use_mpi, use_gloo, extra_mpi_args, env, stdout,
+                stderr, verbose, nics, prefix_output_with_timestamp, executable) -> List[Any]:
     """horovod_spark.run's body for a Spark Connect session (arguments already named as run's)."""
     from . import driver
     if num_proc is None:
@@ -176,7 +177,7 @@ def run_connect(session, fn, args, kwargs, num_proc, start_timeout, use_mpi, ext
     num_proc = preflight.check_num_proc(num_proc, 1)
     start_timeout = driver._start_timeout(start_timeout)
     rank_env = driver._rank_env(env)
-    if driver._use_mpi(use_mpi, None) or extra_mpi_args is not None:
+    if driver._use_mpi(use_mpi, use_gloo) or extra_mpi_args is not None:
         raise HorovodSparkError(
             "use_mpi=True / extra_mpi_args cannot work over Spark Connect: mpirun runs on the driver and must reach "
             "the executors, and a Spark Connect client neither is the driver nor can reach them. Leave use_mpi unset "

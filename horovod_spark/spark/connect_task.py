@@ -45,7 +45,6 @@ class ConnectSpec:
     host_key_mode: str
     env: Dict[str, str] = field(default_factory=dict)
     executable: Optional[str] = None
-    echo_output: bool = True
 
     def task_spec(self, addrs: List[str], port: int) -> TaskSpec:
         return TaskSpec(job_id=self.job_id, driver_addrs=addrs, port=port, key=self.key, num_proc=self.num_proc,
@@ -54,13 +53,13 @@ class ConnectSpec:
 
 
 class _OutputLog:
-    """Rank output collected in rank 0's task for the client, within OUTPUT_LIMIT_BYTES."""
+    """Rank output collected in rank 0's task for the client, within OUTPUT_LIMIT_BYTES, and
+    written to the task's stderr (its executor's log) as it arrives."""
 
-    def __init__(self, echo: bool):
+    def __init__(self):
         self.chunks: List[tuple] = []
         self.dropped = 0
         self._bytes = 0
-        self._echo = echo
         self._lock = threading.Lock()
 
     def __call__(self, rank: int, chunks) -> None:
@@ -71,11 +70,9 @@ class _OutputLog:
                     continue
                 self._bytes += len(data)
                 self.chunks.append((rank, stream, t, data))
-                if self._echo:
-                    for line in data.decode("utf-8", "replace").splitlines():
-                        sys.stderr.write("[%d]<%s>:%s\n" % (rank, stream, line))
-            if self._echo:
-                sys.stderr.flush()
+                for line in data.decode("utf-8", "replace").splitlines():
+                    sys.stderr.write("[%d]<%s>:%s\n" % (rank, stream, line))
+            sys.stderr.flush()
 
 
 class RankZeroHub:
@@ -84,7 +81,7 @@ class RankZeroHub:
 
     def __init__(self, spec: ConnectSpec):
         self.spec = spec
-        self.output = _OutputLog(spec.echo_output)
+        self.output = _OutputLog()
         self.service = DriverService(spec.key, spec.num_proc, spec.job_id, self.output, host="0.0.0.0")
         self._started = time.monotonic()
         self._watcher = threading.Thread(target=self._watch, name="hs-connect-watch", daemon=True)

@@ -156,8 +156,8 @@ def run(fn: Callable, args=(), kwargs: Optional[dict] = None, num_proc: Optional
     remote = _connect_session()
     if remote is not None:
         from .connect_driver import run_connect
-        return run_connect(remote, fn, args, kwargs, num_proc, start_timeout, use_mpi, extra_mpi_args, env, stdout,
-                           stderr, verbose, nics, prefix_output_with_timestamp, executable)
+        return run_connect(remote, fn, args, kwargs, num_proc, start_timeout, use_mpi, use_gloo, extra_mpi_args, env,
+                           stdout, stderr, verbose, nics, prefix_output_with_timestamp, executable)
     sc = _spark_context()
     num_proc = preflight.check_num_proc(num_proc, sc.defaultParallelism)
     start_timeout = _start_timeout(start_timeout)
