@@ -87,3 +87,13 @@ def test_missing_slots_and_mpi_mode_fail_before_any_stage(remote):
 def test_horovod_runner_returns_rank_zeros_result(remote, capsys):
     assert HorovodRunner(np=2).run(_allreduce, scale=2) == {"rank": 0, "size": 2, "total": 6.0}
     assert "[1]<stdout>:rank 1 of 2 says hello" in capsys.readouterr().out
+
+
+def test_cluster_facts_come_from_the_remote_sessions_configuration(remote):
+    from horovod_spark.spark import connect_cluster, session_cluster
+    from horovod_spark.spark.connect_driver import _report_interval_s
+    assert connect_cluster.master(remote) == "local[2]"
+    assert connect_cluster.known_slots(remote) == 2
+    assert session_cluster.default_parallelism(remote) == 2
+    assert session_cluster.active_session() is remote
+    assert _report_interval_s(remote) == 2.0  # the server's default: progress reports every 2 s
