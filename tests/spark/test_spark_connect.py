@@ -81,7 +81,7 @@ def test_missing_slots_and_mpi_mode_fail_before_any_stage(remote):
         horovod_spark.run(_allreduce, args=(1,), num_proc=3)
     with pytest.raises(HorovodSparkError, match="use_mpi=True.*cannot work over Spark Connect"):
         horovod_spark.run(_allreduce, args=(1,), num_proc=2, use_mpi=True)
-    assert time.monotonic() - started < 10
+    assert time.monotonic() - started < 30  # a few configuration reads, no Spark job
 
 
 def test_horovod_runner_returns_rank_zeros_result(remote, capsys):
