@@ -113,6 +113,13 @@ class RankZeroHub:
                 timeout=_ROOT_CAUSE_WAIT_S)
         service.abort("another rank failed")
 
+    def close(self) -> None:
+        """Stop without a run (the run never started): wake the watcher and stop the service."""
+        self.service.abort("the run did not start")
+        if self._watcher.ident is not None:
+            self._watcher.join(1.0)
+        self.service.stop()
+
     def finish(self) -> dict:
         """Wait for every rank's exit (or, when some never registered, for start_timeout), stop the
         service and return what the client needs from it."""
@@ -151,28 +158,44 @@ def stage(spec: ConnectSpec, batches):
     ctx = BarrierTaskContext.get()
     partition = ctx.partitionId()
     report = {"rank": partition, "status": "failed", "result": None, "error": None, "host": socket.gethostname()}
-    if ctx.attemptNumber() > 0:
-        # A second attempt of this task means one failed outside fn (a lost executor, a crashed
-        # Python worker); running fn again on half-finished state is never what the user wants.
-        # (Python sees no stage attempt number, so a retry of the whole stage is not caught here.)
-        report["error"] = ("SparkTaskRetry", "Spark retried this rank's task (attempt %d) after it failed outside "
-                           "fn (e.g. a lost executor or a crashed Python worker; see the executor logs); "
-                           "horovod_spark does not run fn again" % ctx.attemptNumber(), "")
-        yield pd.DataFrame({"partition": [partition], "report": [pickle.dumps(report)]})
-        return
     hub = None
-    announce = ""
-    try:
-        if partition == 0:
+    announce = {"attempt": ctx.attemptNumber()}
+    if partition == 0:
+        # Every task must reach allGather exactly once, or the others wait there for good.
+        try:
             hub = RankZeroHub(spec)
             infos = ctx.getTaskInfos()
-            announce = json.dumps(hub.start(infos[0].address if infos else ""))
-        messages = ctx.allGather(announce)
-        where = json.loads(messages[0])
-        rows = run_task(spec.task_spec(where["addrs"], int(where["port"])), iter(()))
-        _, report["status"], report["result"] = rows[0]
+            announce.update(hub.start(infos[0].address if infos else ""))
+        except BaseException as exc:
+            if hub is not None:
+                hub.close()
+                hub = None
+            announce["error"] = "%s: %s" % (type(exc).__name__, exc)
+    try:
+        messages = [json.loads(m) for m in ctx.allGather(json.dumps(announce))]
+        retried = max(m["attempt"] for m in messages)
+        if retried:
+            # A task attempt after the first means one failed outside fn (a lost executor, a crashed
+            # Python worker); running fn again on half-finished state is never what the user wants.
+            # All tasks see it here, after the gather, so all of them stop. (Python sees no stage
+            # attempt number, so a resubmission of the whole stage is not caught.)
+            if hub is not None:
+                hub.close()
+                hub = None
+            report["error"] = ("SparkTaskRetry", "Spark retried a task of the barrier stage (attempt %d) after it "
+                               "failed outside fn (e.g. a lost executor or a crashed Python worker; see the executor "
+                               "logs); horovod_spark does not run fn again" % retried, "")
+        elif "error" in messages[0]:
+            raise RuntimeError("rank 0's task could not start the rendezvous service: %s" % messages[0]["error"])
+        else:
+            where = messages[0]
+            rows = run_task(spec.task_spec(where["addrs"], int(where["port"])), iter(()))
+            _, report["status"], report["result"] = rows[0]
     except BaseException as exc:  # reported in the row: a failed task would make Spark retry the stage
         report["error"] = _error(exc, "horovod_spark task of rank %d failed" % partition)
+        if hub is not None:
+            # The other tasks may still wait for rank 0 to register: release them now.
+            hub.service.abort("rank 0's task failed: %s" % exc)
     finally:
         if hub is not None:
             report["hub"] = hub.finish()
