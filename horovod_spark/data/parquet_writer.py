@@ -54,7 +54,8 @@ def write_parquet(store, key: str, out_df: DataFrame, has_split: bool, num_parti
     if num_partitions is not None:
         # repartition, not coalesce: coalesce would also narrow the upstream computation.
         out_df = out_df.repartition(num_partitions)
-    writer = (out_df.write.mode("errorifexists")
+    # "error", not its synonym "errorifexists", which a Spark Connect client does not know.
+    writer = (out_df.write.mode("error")
               .option("compression", compression)
               # parquet-mr closes a row group once its buffered size reaches this many bytes.
               .option("parquet.block.size", str(int(row_group_bytes)))

@@ -66,7 +66,7 @@ def prepare_data(store, df: DataFrame, feature_cols: Sequence[str], label_cols: 
     out_df = scanned.select(*selected)
 
     row_bytes = estimate_row_bytes((c.dtype, c.shape[0] if c.shape else 1) for c in columns.values())
-    partitions = choose_num_files(stats.rows, row_bytes, num_proc, out_df.rdd.getNumPartitions(), num_files)
+    partitions = choose_num_files(stats.rows, row_bytes, num_proc, _input_partitions(out_df), num_files)
     train_files, val_files = write_parquet(store, key, out_df, split is not None, partitions,
                                            row_group_bytes, compression)
 
@@ -92,3 +92,10 @@ def prepare_data(store, df: DataFrame, feature_cols: Sequence[str], label_cols: 
     # Written last and atomically: its presence is what marks the dataset complete for reuse.
     store.write_bytes_atomic(store.get_data_metadata_path(key), metadata_to_json(prepared, extra))
     return prepared
+
+
+def _input_partitions(df: DataFrame) -> int:
+    """The input's partition count; 0 for a Spark Connect DataFrame, which has no RDD to ask
+    (the write then repartitions to the chosen number of files)."""
+    from horovod_spark.spark.connect_session import is_connect_dataframe
+    return 0 if is_connect_dataframe(df) else df.rdd.getNumPartitions()

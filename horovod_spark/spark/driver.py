@@ -44,6 +44,20 @@ def _spark_context():
         "SparkSession.builder.master('local[4]').getOrCreate()")
 
 
+def _connect_session():
+    """The active session when it is a Spark Connect client (no SparkContext), else None."""
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError:
+        return None
+    from .connect_session import active_connect_session, is_connect_session
+    session = SparkSession.getActiveSession()
+    if session is not None:
+        return session if is_connect_session(session) else None
+    from pyspark import SparkContext
+    return None if SparkContext._active_spark_context is not None else active_connect_session()
+
+
 def _start_timeout(value) -> float:
     if value is None:
         return config.SPARK_START_TIMEOUT.get()
@@ -151,6 +165,11 @@ def run(fn: Callable, args=(), kwargs: Optional[dict] = None, num_proc: Optional
     ``executable``: the Python interpreter that runs the ranks on the executors (default: the
     executor's own). The parameters are horovod.spark.run's, in its order.
     """
+    remote = _connect_session()
+    if remote is not None:
+        from .connect_driver import run_connect
+        return run_connect(remote, fn, args, kwargs, num_proc, start_timeout, use_mpi, use_gloo, extra_mpi_args, env,
+                           stdout, stderr, verbose, nics, prefix_output_with_timestamp, executable)
     sc = _spark_context()
     num_proc = preflight.check_num_proc(num_proc, sc.defaultParallelism)
     start_timeout = _start_timeout(start_timeout)

@@ -31,7 +31,8 @@ class HorovodRunner:
     (sparkdl's default) prints only what ranks send with ``horovod_spark.spark.log_to_driver`` or
     ``horovod_spark.spark.LogCallback`` and writes the rest to the driver process's own stderr
     (the driver log on Databricks, the kernel's console under Jupyter). Either way a failure on
-    any rank raises here, with that rank's traceback.
+    any rank raises here, with that rank's traceback. From a Spark Connect session the lines
+    arrive when the job ends (see docs/spark.md, "Spark Connect").
     """
 
     def __init__(self, np: int, driver_log_verbosity: str = "all"):

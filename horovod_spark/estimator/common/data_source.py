@@ -25,8 +25,8 @@ class DataFrameSource:
     def __init__(self, df):
         self.df = df
 
-    def spark_context(self):
-        return self.df.sparkSession.sparkContext
+    def spark_session(self):
+        return self.df.sparkSession
 
     def check(self, cfg: FitConfig) -> None:
         from pyspark.sql import DataFrame
@@ -63,16 +63,17 @@ class ParquetSource:
         self.val_path = val_path
         self._resolved = None
 
-    def spark_context(self):
-        return self._session().sparkContext
+    def spark_session(self):
+        return self._session()
 
     @staticmethod
     def _session():
-        from pyspark.sql import SparkSession
-        session = SparkSession.getActiveSession() or getattr(SparkSession, "_instantiatedSession", None)
-        if session is None:
-            raise ValueError("fit_on_parquet needs an active SparkSession to run the ranks on; create one first")
-        return session
+        from horovod_spark.exceptions import HorovodSparkError
+        from horovod_spark.spark.session_cluster import active_session
+        try:
+            return active_session()
+        except HorovodSparkError as exc:
+            raise ValueError("fit_on_parquet needs an active SparkSession to run the ranks on: %s" % exc) from None
 
     def _resolve(self, store):
         train, val = store.resolve(self.train_path), store.resolve(self.val_path) if self.val_path else None

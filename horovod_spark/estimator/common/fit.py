@@ -12,7 +12,7 @@ import uuid
 from dataclasses import dataclass
 
 from horovod_spark.exceptions import HorovodSparkError
-from horovod_spark.spark import preflight
+from horovod_spark.spark import preflight, session_cluster
 
 from . import run_ranks
 from .checkpoint import CheckpointStore
@@ -43,8 +43,9 @@ def run_fit(est, source):
     rank_env = runner.rank_env(est._rank_env(cfg), est._user_rank_env())
     plan = est._check_framework(cfg)
     source.check(cfg)
-    sc = source.spark_context()
-    num_proc = preflight.check_num_proc(runner.num_proc, sc.defaultParallelism)
+    session = source.spark_session()
+    num_proc = preflight.check_num_proc(
+        runner.num_proc if runner.num_proc is not None else session_cluster.default_parallelism(session), 1)
     out = runner.out or sys.stdout
 
     def log(level, text):
@@ -55,7 +56,7 @@ def run_fit(est, source):
     # Free task slots are checked now, before data preparation spends minutes of the cluster.
     try:
         if runner.on_spark:
-            preflight.check_cluster(sc, num_proc, log)
+            session_cluster.check_cluster(session, num_proc, log)
     except HorovodSparkError as exc:
         raise ValueError("num_proc=%d cannot run on this cluster: %s" % (num_proc, exc)) from exc
 

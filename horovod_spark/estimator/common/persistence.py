@@ -10,6 +10,8 @@ import importlib
 
 from pyspark.ml.util import DefaultParamsReader, DefaultParamsWriter, MLReader, MLWriter
 
+from horovod_spark.spark.connect_session import is_connect_session
+
 FORMAT_VERSION = 1
 _MODEL_DIR = "model"
 
@@ -18,18 +20,30 @@ def _join(path: str, name: str) -> str:
     return path.rstrip("/") + "/" + name
 
 
+def _metadata_target(rw):
+    """What DefaultParams{Writer,Reader} get: the SparkContext, as pyspark 3.5 (the older stack) takes
+    only a context; a Spark Connect session has none, and pyspark 4 takes the session instead."""
+    session = rw.sparkSession
+    return session if is_connect_session(session) else rw.sc
+
+
 class HorovodModelWriter(MLWriter):
     def __init__(self, instance):
         super().__init__()
         self.instance = instance
 
+    def save(self, path: str) -> None:
+        if self.shouldOverwrite and is_connect_session(self.sparkSession):
+            raise ValueError("write().overwrite() cannot run over Spark Connect: Spark's overwrite handling runs "
+                             "in the driver's JVM, which a Spark Connect client cannot call. Save to a new path, or "
+                             "delete %s first" % path)
+        super().save(path)
+
     def saveImpl(self, path: str) -> None:
         instance = self.instance
         data = instance.model_bytes()
         extra = {"horovod_spark": {"format_version": FORMAT_VERSION, "framework": instance.framework}}
-        # The SparkContext, not the session: pyspark 3.5 (the older stack) takes only a context here;
-        # pyspark 4 takes either.
-        DefaultParamsWriter.saveMetadata(instance, path, self.sc, extraMetadata=extra,
+        DefaultParamsWriter.saveMetadata(instance, path, _metadata_target(self), extraMetadata=extra,
                                          paramMap=instance.json_params())
         frame = self.sparkSession.createDataFrame([(bytearray(data),)], "model binary")
         frame.coalesce(1).write.parquet(_join(path, _MODEL_DIR))
@@ -41,7 +55,7 @@ class HorovodModelReader(MLReader):
         self.cls = cls
 
     def load(self, path: str):
-        metadata = DefaultParamsReader.loadMetadata(path, self.sc)  # a context: as in saveImpl
+        metadata = DefaultParamsReader.loadMetadata(path, _metadata_target(self))
         info = metadata.get("horovod_spark") or {}
         if info.get("format_version") != FORMAT_VERSION:
             raise ValueError("%s was not saved by a horovod_spark model of this version (format %r, expected %r)"

@@ -29,9 +29,10 @@ class Backend:
 
 
 def default_num_proc() -> int:
-    """The active SparkContext's default parallelism: the number of ranks when none is given."""
-    from horovod_spark.spark.driver import _spark_context
-    return int(_spark_context().defaultParallelism)
+    """The active session's default parallelism (a classic SparkContext's, or what a Spark Connect
+    session's configuration tells): the number of ranks when none is given."""
+    from horovod_spark.spark.session_cluster import active_session, default_parallelism
+    return default_parallelism(active_session())
 
 
 def _run_parameters() -> List[str]:
