@@ -6,7 +6,7 @@ import atexit
 import os
 import threading
 
-from horovod_spark.common import _core, rendezvous
+from horovod_spark.common import _core, peer_addresses, rendezvous
 from horovod_spark.common import config as env_config  # basics.config() is the core's settings
 from horovod_spark.exceptions import ConfigError
 
@@ -31,9 +31,11 @@ def init(comm=None, process_sets=None):
         timeout = env_config.START_TIMEOUT.get()
         port = _core.create(ident.rank, ident.size)
         try:
-            mine = rendezvous.PeerRecord(ident.rank, rendezvous.advertised_address(), port,
-                                         rendezvous.host_id())
+            reachable_at = peer_addresses.candidates()
+            mine = rendezvous.PeerRecord(ident.rank, reachable_at[0][0], port, rendezvous.host_id(),
+                                         [list(c) for c in reachable_at])
             records, token = rendezvous.exchange_records(ident, mine, _state["generation"], timeout)
+            records = peer_addresses.choose(records, ident.rank, timeout)
             mpi_handle = 0
             if _wants_mpi_data_plane(ident):
                 from mpi4py import MPI

@@ -182,7 +182,7 @@ bool Engine::progress_once() {
     check_health(rank_ == 0);
   } catch (const TransportError& e) {
     dead_ = true;
-    fatal(e.what());
+    fatal(transport_.explain(e.what()));
   } catch (const std::exception& e) {
     dead_ = true;
     fatal(std::string("internal error in the collective engine: ") + e.what());
@@ -542,20 +542,24 @@ void Engine::check_health(bool coordinator) {
   int64_t now = coarse_now_us();
   if (now - last_health_check_us_ < 20000) return;
   last_health_check_us_ = now;
-  (void)coordinator;
   std::vector<int> gone;
   std::vector<int> dead = transport_.check_peers(&gone);
   if (!dead.empty()) {
     std::string who;
-    for (int d : dead) who += (who.empty() ? "" : ", ") + transport_.describe(d);
-    throw TransportError(who + (dead.size() > 1 ? " have" : " has") +
-                         " exited unexpectedly (connection lost); collectives cannot continue");
+    for (int d : dead) who += (who.empty() ? "" : ", ") + transport_.describe(d) + " " + transport_.fate(d);
+    throw TransportError(who + "; collectives cannot continue");
   }
+  if (gone.empty()) return;
+  // A rank says goodbye on its liveness socket only after flushing its control messages, but
+  // those travel on another socket and may not have been read yet (another host's rank, or a
+  // response that arrived after this pass read its links): take them in first, so that a
+  // response the leaving rank sent (the coordinator's answer to a join, say) still completes.
+  transport_.progress_control();
+  if (!coordinator) receive_responses();
   for (int g : gone) {
     std::lock_guard<std::mutex> l(queue_mu_);
     gone_.insert(g);
   }
-  if (gone.empty()) return;
   // Pending tensors that need a rank that left can never complete.
   std::vector<std::string> doomed;
   for (auto& kv : entries_) {

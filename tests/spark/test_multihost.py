@@ -114,3 +114,49 @@ def test_keras_estimator_fits_across_three_hosts(spark, tmp_path):
     model = est.fit(df)
     assert model.getHistory()["loss"][-1] < model.getHistory()["loss"][0]
     assert accuracy(model.transform(df)) > 0.75
+
+
+def _train_and_mark(directory):
+    import os
+    import time
+
+    import torch
+
+    import horovod_spark.torch as hvd
+    hvd.init()
+    grad = torch.ones(1 << 18)
+    for step in range(100000):
+        hvd.allreduce(grad, op=hvd.Sum, name="grad")
+        if step == 20:
+            open(os.path.join(directory, "rank-%d" % hvd.rank()), "w").close()
+        time.sleep(0.01)
+
+
+def test_cut_link_fails_the_run_naming_the_lost_host(spark, netns_hosts, tmp_path):
+    """Runs last: cutting a host's link disturbs the cluster for what would come after."""
+    import threading
+    import time
+
+    from horovod_spark.spark import HorovodSparkError
+    cut = {}
+
+    def cut_when_training():
+        deadline = time.monotonic() + 120
+        while len(os.listdir(tmp_path)) < NUM_PROC and time.monotonic() < deadline:
+            time.sleep(0.1)
+        cut["at"] = time.monotonic()
+        netns_hosts.link_down(HOSTS - 1)
+
+    cutter = threading.Thread(target=cut_when_training, daemon=True)
+    cutter.start()
+    try:
+        with pytest.raises(HorovodSparkError) as failure:
+            horovod_spark.run(_train_and_mark, args=(str(tmp_path),), num_proc=NUM_PROC, verbose=0)
+        raised = time.monotonic()
+    finally:
+        cutter.join(timeout=5)
+        netns_hosts.link_up(HOSTS - 1)
+    assert "at" in cut, "the ranks never reported that they were training: %s" % failure.value
+    lost = netns_hosts.name(HOSTS - 1)
+    assert lost in str(failure.value) and "stopped answering" in str(failure.value), str(failure.value)
+    assert raised - cut["at"] < 20, "run() raised %.1f s after the link was cut" % (raised - cut["at"])
