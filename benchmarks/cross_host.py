@@ -29,7 +29,7 @@ sys.path.insert(0, os.path.join(REPO, "tests"))  # the namespace-host harness
 sys.path.insert(0, REPO)
 sys.path.insert(0, HERE)
 
-from allreduce import cpu_model, fmt_size, markdown_table, parse_sizes, tool_path  # noqa: E402
+from allreduce import cpu_model, fmt_size, fmt_time, markdown_table, parse_sizes, tool_path  # noqa: E402
 from support.netns_hosts import NetnsHosts, _rate_bits, unavailable_reason  # noqa: E402
 from support.netns_ranks import NetnsRanks  # noqa: E402
 
@@ -184,10 +184,8 @@ def report(results, failures, systems, args):
     configs = sorted({(r["hosts"], r["link"]) for r in results})
     print("cross-host allreduce, %d ranks per host; CPU: %s" % (RANKS_PER_HOST, cpu_model()))
     print(algorithm_note())
-    header = ["hosts", "link", "size"]
-    for s in systems:
-        header += ["%s busbw GB/s" % LABELS[s]]
-        header += ["%s ÷ link" % LABELS[s]]
+    print("cells: median latency, busbw GB/s, and on limited links (busbw ÷ link rate)")
+    header = ["hosts", "link", "size"] + [LABELS[s] for s in systems]
     rows = []
     for nhosts, link in configs:
         link_gbps = None if link == "none" else _rate_bits(link) / 8e9
@@ -195,9 +193,12 @@ def report(results, failures, systems, args):
             row = [str(nhosts), link, fmt_size(size)]
             for s in systems:
                 r = by.get((nhosts, link, s, size))
-                bw = busbw(r, nhosts * RANKS_PER_HOST) if r else None
-                row.append("—" if bw is None else "%.3f" % bw)
-                row.append("—" if bw is None or link_gbps is None else "%.2f" % (bw / link_gbps))
+                if r is None:
+                    row.append("—")
+                    continue
+                bw = busbw(r, nhosts * RANKS_PER_HOST)
+                cell = "%s, %.3f" % (fmt_time(r["median_s"]), bw)
+                row.append(cell if link_gbps is None else "%s (%.2f×)" % (cell, bw / link_gbps))
             rows.append(row)
     print(markdown_table(header, rows))
     print()

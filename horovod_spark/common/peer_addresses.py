@@ -69,14 +69,10 @@ def _reach(cands: List[Tuple[str, str]], port: int, deadline: float) -> Tuple[Op
     """The first candidate that answers, trying all of them until ``deadline``; else the errors."""
     errors: Dict[str, str] = {}
     # Another host's address that this host has too (a container bridge's 172.17.0.1 on every
-    # machine) would answer from here: it is never the way to that host.
-    own = {addr for addr, _ in interface_addresses()}
-    cands = [c for c in cands if c[0] not in own] or cands
-    for addr, nic in cands:
-        if addr in own:
-            errors["%s (%s)" % (addr, nic)] = "an address of this host as well"
-    if all(addr in own for addr, _ in cands):
-        return None, errors
+    # machine) would answer from here without reaching that host: try those last. (Loopback keeps
+    # its place: "hosts" told apart by HOROVOD_HOSTNAME on one machine publish only that.)
+    own = {addr for addr, _ in interface_addresses() if not addr.startswith("127.")}
+    cands = [c for c in cands if c[0] not in own] + [c for c in cands if c[0] in own]
     while True:
         for addr, nic in cands:
             left = deadline - time.monotonic()

@@ -4,6 +4,7 @@ Only loopback here; tests/launcher/test_multihost.py covers real separate hosts 
 interface that reaches nothing.
 """
 import socket
+import time
 
 import pytest
 
@@ -34,24 +35,35 @@ def test_the_first_candidate_that_answers_is_chosen_for_every_rank_of_that_host(
         listener.bind(("127.0.0.1", 0))
         listener.listen()
         port = listener.getsockname()[1]
-        # "hostB"'s first candidate is one of this host's own addresses (as a container bridge's
-        # would be): never the way to another host, so the second one is taken.
+        # "hostB"'s first candidate has no route from here; its second answers.
+        cands = [["255.255.255.255", "eth1"], ["localhost", "eth0"]]
         records = [PeerRecord(0, "127.0.0.1", 1, "hostA"),
-                   PeerRecord(1, "127.0.0.1", port, "hostB", [["127.0.0.1", "lo"], ["localhost", "eth9"]]),
-                   PeerRecord(2, "127.0.0.1", port, "hostB", [["127.0.0.1", "lo"], ["localhost", "eth9"]])]
+                   PeerRecord(1, "255.255.255.255", port, "hostB", cands),
+                   PeerRecord(2, "255.255.255.255", port, "hostB", cands)]
         chosen = peer_addresses.choose(records, 0, timeout=5)
     assert [r.host for r in chosen] == ["127.0.0.1", "localhost", "localhost"]
 
 
 def test_a_host_reachable_at_none_of_its_addresses_fails_naming_it_and_what_was_tried():
     records = [PeerRecord(0, "127.0.0.1", 1, "hostA"),
-               PeerRecord(1, "127.0.0.1", 9, "hostB", [["127.0.0.1", "lo"]])]
+               PeerRecord(1, "255.255.255.255", 9, "hostB", [["255.255.255.255", "eth1"]])]
+    started = time.monotonic()
     with pytest.raises(ConnectionError) as failure:
-        peer_addresses.choose(records, 0, timeout=5, environ={"HOROVOD_GLOO_IFACE": "lo"})
+        peer_addresses.choose(records, 0, timeout=1.5, environ={"HOROVOD_GLOO_IFACE": "eth1"})
+    assert time.monotonic() - started < 3
     text = str(failure.value)
-    assert "rank 0 (host hostA) cannot reach 1 other host(s)" in text
-    assert "host hostB (ranks 1): tried 127.0.0.1 (lo): an address of this host as well" in text
-    assert "HOROVOD_GLOO_IFACE=lo" in text
+    assert "rank 0 (host hostA) cannot reach 1 other host(s) within 1.5 s" in text
+    assert "host hostB (ranks 1): tried 255.255.255.255 (eth1): Network is unreachable" in text
+    assert "HOROVOD_GLOO_IFACE=eth1" in text
+
+
+def test_hosts_told_apart_by_name_on_one_machine_reach_each_other_over_loopback():
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        records = [PeerRecord(0, "127.0.0.1", 1, "host0", [["127.0.0.1", "lo"]]),
+                   PeerRecord(1, "127.0.0.1", listener.getsockname()[1], "host1", [["127.0.0.1", "lo"]])]
+        assert peer_addresses.choose(records, 0, timeout=5) == records
 
 
 def test_ranks_on_one_host_probe_nothing():
