@@ -6,7 +6,7 @@ import atexit
 import os
 import threading
 
-from horovod_spark.common import _core, gpu_support, rendezvous
+from horovod_spark.common import _core, gpu_support, peer_addresses, rendezvous
 from horovod_spark.common import config as env_config  # basics.config() is the core's settings
 from horovod_spark.exceptions import ConfigError
 
@@ -29,12 +29,18 @@ def init(comm=None, process_sets=None):
             return
         ident = rendezvous.identity_from(comm)
         timeout = env_config.START_TIMEOUT.get()
-        address = rendezvous.advertised_address()
-        # The peer port listens only where the other ranks are told to connect, unless asked.
-        port = _core.create(ident.rank, ident.size, "" if env_config.BIND_ANY.get() else address)
+        reachable_at = peer_addresses.candidates()
+        address = reachable_at[0][0]
+        # The peer port listens only where the other ranks are told to connect, unless asked. With
+        # several published addresses it must listen on all: a peer's probe takes a refused
+        # connection as an answer, so a port bound to one of them would make that choice wrong.
+        bind_any = env_config.BIND_ANY.get() or len(reachable_at) > 1
+        port = _core.create(ident.rank, ident.size, "" if bind_any else address)
         try:
-            mine = rendezvous.PeerRecord(ident.rank, address, port, rendezvous.host_id())
+            mine = rendezvous.PeerRecord(ident.rank, address, port, rendezvous.host_id(),
+                                         [list(c) for c in reachable_at])
             records, token = rendezvous.exchange_records(ident, mine, _state["generation"], timeout)
+            records = peer_addresses.choose(records, ident.rank, timeout)
             mpi_handle = 0
             if _wants_mpi_data_plane(ident):
                 from mpi4py import MPI

@@ -240,8 +240,9 @@ ADVERTISE_ADDR = _define("HOROVOD_ADVERTISE_ADDR", text("an IP address or host n
                          "HOROVOD_GLOO_IFACE or the route to the rendezvous service.",
                          default_text="chosen by HOROVOD_GLOO_IFACE, else the route to the KV service")
 GLOO_IFACE = _define("HOROVOD_GLOO_IFACE", names("eth0,eth1"), None, "Network interfaces to reach the other ranks "
-                     "over: the rank advertises the IPv4 address of the first it has (horovod_spark.run(nics=...) "
-                     "sets it).", default_text="the interface that routes to the KV service")
+                     "over: the rank publishes the IPv4 addresses of those it has, in this order, and each other "
+                     "host connects to the first that answers it (horovod_spark.run(nics=...) sets it).",
+                     default_text="the interface that routes to the KV service, then the host's other interfaces")
 START_TIMEOUT = _define("HOROVOD_START_TIMEOUT", seconds(1), 120.0, "How long hvd.init() waits for every rank to "
                         "arrive and connect (horovod-spark-run --start-timeout, horovod_spark.run's start_timeout "
                         "set it).", read_by=PYTHON_AND_CORE)

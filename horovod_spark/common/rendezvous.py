@@ -10,7 +10,7 @@ import os
 import socket
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import List, Optional
 
 from horovod_spark.common import config
@@ -24,6 +24,11 @@ class PeerRecord:
     host: str      # address other ranks connect to
     port: int
     host_id: str   # equal host_id => same machine => shared memory
+    # [address, interface] pairs this rank can be reached at, best first (peer_addresses.py)
+    candidates: list = field(default_factory=list)
+
+    def with_host(self, host: str) -> "PeerRecord":
+        return replace(self, host=host)
 
     def encode(self) -> bytes:
         return json.dumps(self.__dict__).encode()

@@ -61,6 +61,7 @@ void Engine::fatal(const std::string& msg) {
     std::lock_guard<std::mutex> l(queue_mu_);
     failed_ = msg;
     queued.swap(queue_);
+    transport_.set_failure(msg);
     inflight_.clear();
   }
   for (auto& kv : entries_) handles_.fail(kv.second.handle, HandleError::kInternal, msg);

@@ -184,7 +184,7 @@ bool Engine::progress_once() {
     check_health(rank_ == 0);
   } catch (const TransportError& e) {
     dead_ = true;
-    fatal(e.what());
+    fatal(transport_.explain(e.what()));
   } catch (const std::exception& e) {
     dead_ = true;
     fatal(std::string("internal error in the collective engine: ") + e.what());
@@ -552,9 +552,8 @@ void Engine::check_health(bool coordinator) {
   std::vector<int> dead = transport_.check_peers(&gone);
   if (!dead.empty()) {
     std::string who;
-    for (int d : dead) who += (who.empty() ? "" : ", ") + transport_.describe(d);
-    throw TransportError(who + (dead.size() > 1 ? " have" : " has") +
-                         " exited unexpectedly (connection lost); collectives cannot continue");
+    for (int d : dead) who += (who.empty() ? "" : ", ") + transport_.describe(d) + " " + transport_.fate(d);
+    throw TransportError(who + "; collectives cannot continue");
   }
   for (int g : gone) {
     std::lock_guard<std::mutex> l(queue_mu_);
@@ -574,7 +573,6 @@ void Engine::check_health(bool coordinator) {
     gone.push_back(it->first);
     it = departing_.erase(it);
   }
-  if (gone.empty()) return;
   // Pending tensors that need a rank that left can never complete.
   std::vector<std::string> doomed;
   for (auto& kv : entries_) {

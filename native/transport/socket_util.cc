@@ -149,6 +149,18 @@ void recv_all(int fd, void* p, size_t n, int timeout_ms, const std::string& what
 
 void set_nonblocking(int fd) { fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK); }
 
+void watch_peer_liveness(int fd) {
+  // Probes after 2 s of silence, then every second; 3 unanswered probes (or unacknowledged data
+  // older than the limit) end the connection. The peer's kernel answers probes however busy its
+  // process is, so a long computation never looks like a lost host.
+  int one = 1, idle_s = 2, interval_s = 1, count = 3, user_timeout_ms = kPeerSilenceLimitMs;
+  setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle_s, sizeof(idle_s));
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval_s, sizeof(interval_s));
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof(count));
+  setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout_ms, sizeof(user_timeout_ms));
+}
+
 void tune_data_socket(int fd) {
   int buf = 4 << 20;
   setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buf, sizeof(buf));

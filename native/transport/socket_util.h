@@ -18,5 +18,9 @@ void send_all(int fd, const void* p, size_t n, int timeout_ms, const std::string
 void recv_all(int fd, void* p, size_t n, int timeout_ms, const std::string& what);
 void set_nonblocking(int fd);
 void tune_data_socket(int fd);
+// Lets the kernel probe an otherwise idle connection and fail it (ETIMEDOUT) once the peer's host
+// has not answered for about kPeerSilenceLimitMs: a cut link or a lost host sends no FIN or RST.
+constexpr int kPeerSilenceLimitMs = 5000;
+void watch_peer_liveness(int fd);
 
 }  // namespace hs

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <functional>
@@ -23,6 +24,10 @@ namespace hs {
 namespace {
 enum Channel : uint32_t { kLiveness = 0, kControl = 1, kData = 2 };
 constexpr char kGoodbye = 'B';
+// Instead of goodbye, a rank that leaves after a fatal error sends kFailed and the error's text
+// (at most kMaxFailureText bytes): its peers then name the root cause, not just its departure.
+constexpr char kFailed = 'F';
+constexpr size_t kMaxFailureText = 1024;
 constexpr size_t kMaxChunk = 256 << 10;  // bounded pieces let the receiver start reducing early
 // Idle time inside an exchange before pause-spinning gives way to sched_yield, and before
 // yielding gives way to sleeping on the doorbell.
@@ -54,7 +59,19 @@ Transport::~Transport() { close(); }
 
 std::string Transport::describe(int peer) const {
   if (peer < 0 || peer >= static_cast<int>(peers_.size())) return "rank " + std::to_string(peer);
-  return "rank " + std::to_string(peer) + " (" + peers_[peer].host + ")";
+  const PeerAddress& a = peers_[peer];
+  if (a.host_id.empty() || a.host_id == a.host) return "rank " + std::to_string(peer) + " (" + a.host + ")";
+  return "rank " + std::to_string(peer) + " (host " + a.host_id + ", " + a.host + ")";
+}
+
+std::string Transport::fate(int peer) const {
+  if (peer < 0 || peer >= static_cast<int>(lost_errno_.size())) return "exited unexpectedly";
+  if (!peer_failure_[peer].empty()) return "failed: " + peer_failure_[peer];
+  int e = lost_errno_[peer];
+  if (e == ETIMEDOUT || e == EHOSTUNREACH || e == ENETUNREACH)
+    return "stopped answering (its host gave no sign of life for " + std::to_string(kPeerSilenceLimitMs / 1000) +
+           " s: a network link or the host is down)";
+  return "exited unexpectedly";
 }
 
 void Transport::connect(const std::vector<PeerAddress>& peers, const TransportOptions& opt) {
@@ -63,6 +80,8 @@ void Transport::connect(const std::vector<PeerAddress>& peers, const TransportOp
   local_index_.assign(size_, -1);
   live_fd_.assign(size_, -1);
   gone_.assign(size_, 0);
+  lost_errno_.assign(size_, 0);
+  peer_failure_.assign(size_, std::string());
   data_.resize(size_);
   ctrl_.resize(size_);
   queues_.resize(size_);
@@ -93,6 +112,7 @@ void Transport::connect(const std::vector<PeerAddress>& peers, const TransportOp
             greet_peer(peers[peer].host, peers[peer].port, rank_, peer, ch, opt.connect_timeout_ms, describe(peer)));
     for (auto& out : outgoing) {
       prove_to_peer(out, rank_, opt.job_token, opt.connect_timeout_ms, describe(out.peer));
+      if (out.channel == kLiveness) watch_peer_liveness(out.fd);
       slot_of(out.peer, out.channel) = out.fd;
       out.fd = -1;
     }
@@ -105,6 +125,7 @@ void Transport::connect(const std::vector<PeerAddress>& peers, const TransportOp
   for (int peer = rank_ + 1; peer < size_; ++peer) expected += channels_for(peer);
   auto take = [&](int peer, int channel, int fd) {
     if (channel >= channels_for(peer) || slot_of(peer, channel) >= 0) return false;
+    if (channel == kLiveness) watch_peer_liveness(fd);
     slot_of(peer, channel) = fd;
     return true;
   };
@@ -247,15 +268,20 @@ std::vector<int> Transport::check_peers(std::vector<int>* gone) {
   std::vector<int> dead;
   for (int p = 0; p < size_; ++p) {
     if (p == rank_ || gone_[p] || live_fd_[p] < 0) continue;
-    char buf[16];
+    char buf[kMaxFailureText + 1];
     ssize_t k = recv(live_fd_[p], buf, sizeof(buf), MSG_DONTWAIT);
-    if (k > 0) {
+    if (k > 0 && buf[0] == kFailed) {
+      gone_[p] = 2;
+      peer_failure_[p].assign(buf + 1, static_cast<size_t>(k) - 1);
+      dead.push_back(p);
+    } else if (k > 0) {
       if (std::memchr(buf, kGoodbye, static_cast<size_t>(k))) {
         gone_[p] = 1;
         if (gone) gone->push_back(p);
       }
     } else if (k == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
       gone_[p] = 2;
+      lost_errno_[p] = k == 0 ? 0 : errno;
       dead.push_back(p);
     }
   }
@@ -298,9 +324,11 @@ void Transport::wait_in_exchange(uint32_t token, const std::vector<int>& peers, 
   for (int p : peers) {
     // A peer that left has flushed everything it sent; a short grace lets in-flight bytes land.
     if (gone_[p] && now - idle_since_us > 500000)
-      throw TransportError(describe(p) + (gone_[p] == 2 ? " exited unexpectedly" : " has shut down") +
-                           " during a collective");
+      throw TransportError(describe(p) + " " + (gone_[p] == 2 ? fate(p) : "has shut down") + " during a collective");
   }
+  // A peer outside this exchange that died dooms the job as well (the engine fails on it next):
+  // fail now, naming it, rather than wait for peers that may be waiting on it.
+  if (!dead.empty()) throw TransportError(describe(dead[0]) + " " + fate(dead[0]) + " during a collective");
   if (now - idle_since_us > static_cast<int64_t>(opt_.data_timeout_ms) * 1000) {
     std::string who;
     for (int p : peers) who += (who.empty() ? "" : ", ") + describe(p);
@@ -505,6 +533,23 @@ bool Transport::progress_control() {
   return progress;
 }
 
+std::string Transport::explain(const std::string& error) {
+  // A peer's verdict (its failure text, or the end of its liveness socket) may trail the error
+  // by a moment: the sockets close together but are read separately. Wait for it briefly.
+  std::vector<int> gone;
+  for (int i = 0; i < 20 && size_ > 1 && !closed_; ++i) {
+    check_peers(&gone);
+    for (int p = 0; p < size_; ++p)
+      if (p != rank_ && !peer_failure_[p].empty() && error.find(peer_failure_[p]) == std::string::npos)
+        return error + " (" + describe(p) + " failed first: " + peer_failure_[p] + ")";
+    for (int p = 0; p < size_; ++p)
+      if (p != rank_ && gone_[p] == 2 && error.find(describe(p)) == std::string::npos)
+        return error + " (" + describe(p) + " " + fate(p) + ")";
+    usleep(10000);
+  }
+  return error;
+}
+
 void Transport::close() {
   if (closed_) return;
   closed_ = true;
@@ -520,8 +565,9 @@ void Transport::close() {
   }
   for (int p = 0; p < static_cast<int>(live_fd_.size()); ++p) {
     if (live_fd_[p] < 0) continue;
-    char bye = kGoodbye;
-    ssize_t ignored = send(live_fd_[p], &bye, 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+    std::string bye(1, kGoodbye);
+    if (!failure_.empty()) bye = kFailed + failure_.substr(0, kMaxFailureText);
+    ssize_t ignored = send(live_fd_[p], bye.data(), bye.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
     (void)ignored;
     ::close(live_fd_[p]);
     live_fd_[p] = -1;

@@ -83,6 +83,14 @@ class Transport {
   std::vector<int> check_peers(std::vector<int>* gone);
   bool peer_gone(int peer) const { return gone_[peer] != 0; }
   std::string describe(int peer) const;
+  // What happened to a peer check_peers found dead: it exited, failed (with its error), or its
+  // host stopped answering.
+  std::string fate(int peer) const;
+  // Leaving after this fatal error: close() tells the peers so they can name the root cause.
+  void set_failure(const std::string& error) { failure_ = error; }
+  // `error`, plus the error of a peer that failed before us, if one said so (an error that only
+  // says a peer closed its connection then also says why it did).
+  std::string explain(const std::string& error);
 
   // Sends goodbye to every peer and closes everything.
   void close();
@@ -107,6 +115,9 @@ class Transport {
   int local_size_ = 1;
   std::vector<int> live_fd_;    // liveness socket per peer
   std::vector<char> gone_;      // 1 = said goodbye, 2 = died
+  std::vector<int> lost_errno_;  // for gone_ == 2: the liveness socket's error (0: closed)
+  std::vector<std::string> peer_failure_;  // for gone_ == 2: the error a failed peer sent
+  std::string failure_;                    // ours, sent instead of goodbye
   std::vector<std::unique_ptr<PeerLink>> data_, ctrl_;
   std::vector<ControlQueue> queues_;
   std::unique_ptr<ShmSegment> shm_;
