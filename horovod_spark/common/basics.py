@@ -11,7 +11,10 @@ from horovod_spark.common import config as env_config  # basics.config() is the 
 from horovod_spark.exceptions import ConfigError
 
 _lock = threading.RLock()
-_state = {"topology": None, "generation": 0, "mpi": False, "comm": None}
+# generation: how many times this process formed a job (the KV scope of each rendezvous); in an
+# elastic job the driver numbers the generations instead (elastic_generation, 0 before the first).
+_state = {"topology": None, "generation": 0, "mpi": False, "comm": None, "elastic_generation": 0,
+          "last_rank": None}
 
 
 def init(comm=None, process_sets=None):
@@ -27,13 +30,22 @@ def init(comm=None, process_sets=None):
     with _lock:
         if _core.is_created():
             return
-        ident = rendezvous.identity_from(comm)
         timeout = env_config.START_TIMEOUT.get()
+        generation, superseded = _state["generation"], None
+        if env_config.ELASTIC.get() and comm is None:
+            from horovod_spark.common import elastic_rendezvous
+            timeout = max(timeout, env_config.ELASTIC_TIMEOUT.get())
+            generation, rank, size = elastic_rendezvous.assignment(_state["elastic_generation"], timeout)
+            ident = rendezvous.Identity(rank, size, "elastic")
+            superseded = elastic_rendezvous.superseded_check(generation)
+        else:
+            ident = rendezvous.identity_from(comm)
         port = _core.create(ident.rank, ident.size)
         try:
             mine = rendezvous.PeerRecord(ident.rank, rendezvous.advertised_address(), port,
                                          rendezvous.host_id())
-            records, token = rendezvous.exchange_records(ident, mine, _state["generation"], timeout)
+            records, token = rendezvous.exchange_records(ident, mine, generation, timeout,
+                                                         superseded=superseded)
             mpi_handle = 0
             if _wants_mpi_data_plane(ident):
                 from mpi4py import MPI
@@ -44,7 +56,10 @@ def init(comm=None, process_sets=None):
         except BaseException:
             _core.shutdown()
             raise
-        _state["generation"] += 1
+        if ident.source == "elastic":
+            _state["elastic_generation"] = generation
+        else:
+            _state["generation"] += 1
         local_rank, local_size, cross_rank, cross_size = rendezvous.placement(records, ident.rank)
         if ident.source == "env":  # a launcher that knows the real placement may say so
             local_rank = env_config.LOCAL_RANK.get(default=local_rank)
@@ -52,6 +67,7 @@ def init(comm=None, process_sets=None):
             cross_rank = env_config.CROSS_RANK.get(default=cross_rank)
             cross_size = env_config.CROSS_SIZE.get(default=cross_size)
         _state["topology"] = (ident.rank, ident.size, local_rank, local_size, cross_rank, cross_size)
+        _state["last_rank"] = ident.rank
         _state["mpi"] = ident.source == "mpi"
         _state["comm"] = ident.comm
     if process_sets:
