@@ -32,14 +32,12 @@ OURS = {
 ESTIMATORS = {"horovod.spark.keras.KerasEstimator": "horovod_spark.estimator.KerasEstimator",
               "horovod.spark.torch.TorchEstimator": "horovod_spark.estimator.TorchEstimator"}
 
-_ELASTIC = ("elastic training: a job runs at the size it started with, and a lost rank fails it (resubmit the "
-            "job; an estimator fit with the same run_id resumes from its last checkpoint)")
+_ELASTIC = ("elastic training on Spark: a horovod_spark.run job runs at the size it started with, and a lost "
+            "rank fails it (resubmit the job; an estimator fit with the same run_id resumes from its last "
+            "checkpoint). hvd.elastic works with the local elastic launcher, run_elastic_local")
 
 # (Horovod module, name) -> why horovod_spark does not offer it.
 MISSING = {
-    ("horovod.torch", "elastic"): _ELASTIC,
-    ("horovod.tensorflow", "elastic"): _ELASTIC,
-    ("horovod.tensorflow.keras", "elastic"): _ELASTIC,
     ("horovod.spark", "run_elastic"): _ELASTIC + "; use horovod_spark.run",
     ("horovod.tensorflow", "BroadcastGlobalVariablesHook"): "a TF1 SessionRunHook (tf.estimator, "
         "MonitoredTrainingSession); only TensorFlow 2 is supported: call hvd.broadcast_variables after the "
