@@ -151,3 +151,31 @@ def test_a_job_grows_when_a_slot_is_offered(tmp_path):
     assert results[0]["resets"] == 1 and results[0]["sizes"][0] == 2 and results[0]["sizes"][-1] == 3
     assert results[2]["worker"] == 2 and results[2]["sizes"][-1] == 3
 
+
+
+def _train_dying_in_rendezvous():
+    import os
+    import signal
+
+    from horovod_spark.common import basics, config, rendezvous
+
+    if config.ELASTIC_WORKER.get() == 1:
+        exchange = rendezvous.exchange_records
+
+        def die_in_the_second_rendezvous(ident, mine, generation, *args, **kwargs):
+            if basics._state["elastic_generation"] > 0:
+                os.kill(os.getpid(), signal.SIGKILL)  # as its peers wait for it to re-form the job
+            return exchange(ident, mine, generation, *args, **kwargs)
+
+        rendezvous.exchange_records = die_in_the_second_rendezvous
+    return _train(2, "step")
+
+
+def test_a_rank_lost_while_the_job_re_forms_is_survived_too():
+    reference = _reference_weights()
+    results = run_elastic_local(_train_dying_in_rendezvous, num_proc=3, min_num_proc=1, timeout=240)
+    assert len(results) == 1, results
+    result = results[0]
+    assert (result["rank"], result["size"], result["steps"]) == (0, 1, STEPS), result
+    assert result["sizes"][:8] == [3] * 8 and set(result["sizes"][8:]) == {1}, result
+    _check_weights(result, reference)
