@@ -179,3 +179,20 @@ def test_a_rank_lost_while_the_job_re_forms_is_survived_too():
     assert (result["rank"], result["size"], result["steps"]) == (0, 1, STEPS), result
     assert result["sizes"][:8] == [3] * 8 and set(result["sizes"][8:]) == {1}, result
     _check_weights(result, reference)
+
+
+def _raise_on_worker_1():
+    import horovod_spark.torch as hvd
+    from horovod_spark.common import config
+
+    hvd.init()
+    if config.ELASTIC_WORKER.get() == 1:
+        raise ValueError("a bug in the training code")
+    return _train(-1, "none")
+
+
+def test_an_exception_in_fn_ends_the_job_with_its_traceback():
+    from horovod_spark.exceptions import RankFailedError
+    with pytest.raises(RankFailedError) as info:
+        run_elastic_local(_raise_on_worker_1, num_proc=2, min_num_proc=1, timeout=120)
+    assert "a bug in the training code" in str(info.value) and "worker 1 (rank 1)" in str(info.value)
