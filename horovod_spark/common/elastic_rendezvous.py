@@ -11,6 +11,11 @@ from horovod_spark.exceptions import ElasticJobError
 # The driver's ops (served by ElasticDriver on the job's KV service).
 OP_ASSIGN = "elastic_assign"
 OP_GENERATION = "elastic_generation"
+OP_ALIVE = "elastic_alive"
+
+# Where the driver cannot watch a rank's process (a Spark executor), the process that supervises
+# it says this often that the rank is alive; a rank silent for a few of these is lost.
+HEARTBEAT_S = 1.0
 
 
 def worker() -> int:

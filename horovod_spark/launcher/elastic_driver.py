@@ -7,7 +7,8 @@ the committed state) or added (appended after the survivors). Ranks ask for thei
 first generation newer than the one they last joined (``elastic_assign``) and, at each commit,
 rank 0 asks for the newest generation (``elastic_generation``) to learn of added workers.
 """
-from typing import List, Optional
+import time
+from typing import Dict, List, Optional
 
 from horovod_spark.common import elastic_rendezvous
 from horovod_spark.common.kv_server import KVStoreServer, RequestError
@@ -22,8 +23,10 @@ class ElasticDriver:
         self.members: List[int] = []
         self.removed: set = set()   # workers that will never be part of a generation again
         self.failure: Optional[str] = None
+        self.last_seen: Dict[int, float] = {}  # worker -> time.monotonic() of its last heartbeat
         server.add_handler(elastic_rendezvous.OP_ASSIGN, self._handle_assign)
         server.add_handler(elastic_rendezvous.OP_GENERATION, self._handle_generation)
+        server.add_handler(elastic_rendezvous.OP_ALIVE, self._handle_alive)
 
     def form(self, workers: List[int]) -> int:
         """Make ``workers`` (in rank order) the next generation; returns its number."""
@@ -62,6 +65,17 @@ class ElasticDriver:
                 ready, float(timeout),
                 lambda: "worker %d waited %.0f s for a generation after %d (now %d: workers %s)"
                         % (worker, timeout, after, self.generation, self.members))
+
+    def _handle_alive(self, worker):
+        if not isinstance(worker, int):
+            raise RequestError("elastic_alive takes a worker number")
+        with self._server.condition:
+            self.last_seen[worker] = time.monotonic()
+
+    def silent_since(self, worker: int, default: float) -> float:
+        """Seconds since ``worker``'s last heartbeat (since ``default``, a monotonic time, if none)."""
+        with self._server.condition:
+            return time.monotonic() - self.last_seen.get(worker, default)
 
     def _handle_generation(self):
         with self._server.condition:

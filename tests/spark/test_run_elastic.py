@@ -1,0 +1,74 @@
+"""horovod_spark.run_elastic on local-cluster[3,1,1024]: three executor JVMs, one rank each. The
+JVM of one rank's executor is SIGKILLed during training; the survivors roll back to their last
+commit, re-form the job and finish with the model an undisturbed run computes."""
+import os
+import sys
+import threading
+import time
+
+import cloudpickle
+import pytest
+
+pytest.importorskip("pyspark")
+pytest.importorskip("torch")
+
+import horovod_spark  # noqa: E402
+
+pytestmark = pytest.mark.timeout(400)
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "launcher"))
+
+
+@pytest.fixture(scope="module")
+def spark_master():
+    return "local-cluster[3,1,1024]"
+
+
+def _executor_jvm_pid():
+    """The pid of the executor JVM this rank runs under: rank -> Python worker -> daemon -> JVM."""
+    pid = os.getpid()
+    for _ in range(6):
+        with open("/proc/%d/stat" % pid) as f:
+            pid = int(f.read().rsplit(")", 1)[1].split()[1])
+        with open("/proc/%d/cmdline" % pid, "rb") as f:
+            if b"CoarseGrainedExecutorBackend" in f.read():
+                return pid
+    raise RuntimeError("no executor JVM above pid %d" % os.getpid())
+
+
+def _train_and_mark(victim_worker, pid_file, started_file):
+    from horovod_spark.common import config
+    if config.ELASTIC_WORKER.get() == victim_worker:
+        with open(pid_file + ".tmp", "w") as f:
+            f.write(str(_executor_jvm_pid()))
+        os.rename(pid_file + ".tmp", pid_file)
+    import test_elastic_local
+    return test_elastic_local._train(-1, "none", 0, 0.3, started_file)
+
+
+def test_run_elastic_survives_an_executor_jvm_killed_by_pid(spark, tmp_path):
+    import test_elastic_local
+    reference = test_elastic_local._reference_weights()
+    pid_file, started_file = str(tmp_path / "victim_jvm"), str(tmp_path / "started")
+    killed = {}
+
+    def killer():  # once training is under way (rank 0 marks step 4), SIGKILL the victim's executor
+        deadline = time.monotonic() + 200
+        while not (os.path.exists(pid_file) and os.path.exists(started_file)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        pid = int(open(pid_file).read())
+        os.kill(pid, 9)
+        killed["pid"] = pid
+
+    thread = threading.Thread(target=killer, daemon=True)
+    thread.start()
+    results = horovod_spark.run_elastic(_train_and_mark, args=(2, pid_file, started_file), num_proc=3, min_num_proc=2,
+                                        elastic_timeout=120, start_timeout=120)
+    thread.join(5)
+    assert "pid" in killed
+    assert len(results) >= 2, results
+    for rank, result in enumerate(results):
+        assert result["rank"] == rank and result["steps"] == test_elastic_local.STEPS, result
+        assert result["resets"] >= 1, result
+        test_elastic_local._check_weights(result, reference)
