@@ -73,6 +73,7 @@ def run_elastic(fn: Callable, args=(), kwargs: Optional[dict] = None, num_proc: 
                 min_num_proc: Optional[int] = None, max_num_proc: Optional[int] = None,
                 start_timeout: Optional[float] = None, elastic_timeout: Optional[float] = None,
                 reset_limit: Optional[int] = None, env: Optional[Dict[str, str]] = None, verbose: int = 1,
+                nics=None, min_np: Optional[int] = None, max_np: Optional[int] = None,
                 executable: Optional[str] = None) -> List[Any]:
     """Run ``fn(*args, **kwargs)`` as an elastic job of ``num_proc`` ranks on Spark tasks and return the
     results of the ranks that finished, by rank. ``fn`` calls ``hvd.init()`` and a function decorated
@@ -81,10 +82,18 @@ def run_elastic(fn: Callable, args=(), kwargs: Optional[dict] = None, num_proc: 
     ``num_proc``); the task Spark reschedules joins again, up to ``max_num_proc`` (default
     ``num_proc``). ``reset_limit``: resets allowed (None: unlimited); ``elastic_timeout`` (default
     HOROVOD_ELASTIC_TIMEOUT): how long a reset may wait for enough ranks; ``start_timeout`` (default
-    HOROVOD_SPARK_START_TIMEOUT): how long to wait for the first ``num_proc`` tasks."""
+    HOROVOD_SPARK_START_TIMEOUT): how long to wait for the first ``num_proc`` tasks. ``nics``: the
+    network interfaces the ranks use (as ``run``'s); ``min_np``/``max_np``: Horovod's older names of
+    ``min_num_proc``/``max_num_proc``. The ranks' output goes to the executors' logs."""
     import cloudpickle
 
     sc = _driver._spark_context()
+    min_num_proc = min_np if min_num_proc is None else min_num_proc
+    max_num_proc = max_np if max_num_proc is None else max_num_proc
+    rank_env = _driver._rank_env(env)
+    chosen_nics = _driver._nics(nics)
+    if chosen_nics:
+        rank_env[config.GLOO_IFACE.name] = ",".join(chosen_nics)
     num_proc = num_proc if num_proc is not None else sc.defaultParallelism
     min_num_proc = num_proc if min_num_proc is None else min_num_proc
     max_num_proc = num_proc if max_num_proc is None else max_num_proc
@@ -106,7 +115,7 @@ def run_elastic(fn: Callable, args=(), kwargs: Optional[dict] = None, num_proc: 
         payload = source_pickle.dumps((fn, tuple(args), dict(kwargs or {})))
         _put_blob(server, scope, run_local_rank.FN_KEY, payload)
         spec = ElasticTaskSpec(job_id, _driver._driver_addresses(sc), port, secret, elastic_timeout,
-                               _driver._rank_env(env), executable)
+                               rank_env, executable)
 
         def spark_job():
             try:

@@ -87,12 +87,14 @@ def _train(victim, where, victim_step=8, commit_delay=0.0, started_file=None):
             ones = hvd.allreduce(torch.ones(1), op=hvd.Sum, name="count")
             state.sizes.append(int(ones.item()))
             state.step += 1
+            if seen["resets"] and "resumed_at" not in seen:
+                seen["resumed_at"] = time.time()  # the first step done after a reset
             if started_file and state.step == 4 and hvd.rank() == 0:
                 open(started_file, "w").close()  # training is under way: the test offers a slot now
             state.commit()
         return {"weights": [p.detach().tolist() for p in state.model.parameters()], "steps": state.step,
                 "sizes": state.sizes, "resets": seen["resets"], "rank": hvd.rank(), "size": hvd.size(),
-                "worker": worker}
+                "worker": worker, "resumed_at": seen.get("resumed_at")}
 
     return train(state)
 

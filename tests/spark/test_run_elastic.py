@@ -58,6 +58,7 @@ def test_run_elastic_survives_an_executor_jvm_killed_by_pid(spark, tmp_path):
         while not (os.path.exists(pid_file) and os.path.exists(started_file)) and time.monotonic() < deadline:
             time.sleep(0.05)
         pid = int(open(pid_file).read())
+        killed["at"] = time.time()
         os.kill(pid, 9)
         killed["pid"] = pid
 
@@ -68,6 +69,10 @@ def test_run_elastic_survives_an_executor_jvm_killed_by_pid(spark, tmp_path):
     thread.join(5)
     assert "pid" in killed
     assert len(results) >= 2, results
+    recovery = max(r["resumed_at"] for r in results if r["resumed_at"]) - killed["at"]
+    print("run_elastic: %d rank(s) finished; from the executor kill to the first step after the reset: %.1f s"
+          % (len(results), recovery))
+    assert recovery < 30, recovery  # the goal
     for rank, result in enumerate(results):
         assert result["rank"] == rank and result["steps"] == test_elastic_local.STEPS, result
         assert result["resets"] >= 1, result
