@@ -63,7 +63,9 @@ class _ElasticLocalJob:
         self.resets = 0
         self.last_rank: Dict[int, int] = {}
 
-    def add_workers(self, count: int, count_reset: bool = True) -> None:
+    def add_workers(self, count: int, count_reset: bool = True, announce: bool = True) -> None:
+        """Start ``count`` new workers; ``announce``: form the generation that includes them now
+        (False when the caller forms one anyway)."""
         new = list(range(len(self.workers), len(self.workers) + count))
         for worker in new:
             env = rank_environment(0, 1, self.port, self.secret, self.run_scope, self.base_env)
@@ -77,7 +79,8 @@ class _ElasticLocalJob:
             self.workers[worker] = supervisor
             supervisor.start()
         self.running.extend(new)
-        self._form("added worker(s) %s" % new if count_reset else None, count_reset)
+        if announce:
+            self._form("added worker(s) %s" % new if count_reset else None, count_reset)
 
     def _form(self, cause: Optional[str], count_reset: bool) -> None:
         if count_reset:
@@ -101,7 +104,7 @@ class _ElasticLocalJob:
         while len(self.running) < self.min_num_proc:
             offered = self._offered(discover_slots)
             if offered > len(self.running):
-                self.add_workers(min(offered, self.max_num_proc) - len(self.running), count_reset=False)
+                self.add_workers(min(offered, self.max_num_proc) - len(self.running), announce=False)
                 break
             if discover_slots is None or time.monotonic() >= deadline:
                 raise ElasticJobError(

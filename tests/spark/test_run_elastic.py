@@ -12,12 +12,13 @@ import pytest
 pytest.importorskip("pyspark")
 pytest.importorskip("torch")
 
+from support import elastic_training  # noqa: E402
+
 import horovod_spark  # noqa: E402
 
 pytestmark = pytest.mark.timeout(400)
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "launcher"))
 
 
 @pytest.fixture(scope="module")
@@ -43,13 +44,11 @@ def _train_and_mark(victim_worker, pid_file, started_file):
         with open(pid_file + ".tmp", "w") as f:
             f.write(str(_executor_jvm_pid()))
         os.rename(pid_file + ".tmp", pid_file)
-    import test_elastic_local
-    return test_elastic_local._train(-1, "none", 0, 0.3, started_file)
+    return elastic_training.train(-1, "none", 0, 0.3, started_file)
 
 
 def test_run_elastic_survives_an_executor_jvm_killed_by_pid(spark, tmp_path):
-    import test_elastic_local
-    reference = test_elastic_local._reference_weights()
+    reference = elastic_training.reference_weights()
     pid_file, started_file = str(tmp_path / "victim_jvm"), str(tmp_path / "started")
     killed = {}
 
@@ -74,6 +73,6 @@ def test_run_elastic_survives_an_executor_jvm_killed_by_pid(spark, tmp_path):
           % (len(results), recovery))
     assert recovery < 30, recovery  # the goal
     for rank, result in enumerate(results):
-        assert result["rank"] == rank and result["steps"] == test_elastic_local.STEPS, result
+        assert result["rank"] == rank and result["steps"] == elastic_training.STEPS, result
         assert result["resets"] >= 1, result
-        test_elastic_local._check_weights(result, reference)
+        elastic_training.check_weights(result, reference)
