@@ -30,6 +30,8 @@ from .elastic_task import OP_EXIT, OP_REGISTER, ElasticTaskSpec, run_elastic_tas
 log = logging.getLogger(__name__)
 
 _LOST_AFTER_S = 4.0
+# How long the cancelled Spark job gets to wind down before run_elastic returns anyway.
+_JOB_JOIN_S = 8.0
 _POLL_S = 0.1
 
 
@@ -109,6 +111,7 @@ def run_elastic(fn: Callable, args=(), kwargs: Optional[dict] = None, num_proc: 
     port = server.start()
     group = "horovod_spark.run_elastic." + job_id
     outcome: Dict[str, Any] = {}
+    thread = None
     try:
         scope = run_local_rank.launcher_scope(job_id)
         server.put(scope, run_local_rank.SYS_PATH_KEY, wire.encode_message([p for p in sys.path if p]))
@@ -139,6 +142,8 @@ def run_elastic(fn: Callable, args=(), kwargs: Optional[dict] = None, num_proc: 
             sc.cancelJobGroup(group)
         except Exception:
             pass
+        if thread is not None:
+            thread.join(_JOB_JOIN_S)  # the cancelled job's tasks end their rank processes
         server.stop()
 
 
