@@ -1,11 +1,13 @@
 """horovod_spark: the Horovod programming model on Apache Spark.
 
 ``horovod_spark.run(fn, num_proc=N)`` runs fn as N ranks in a Spark barrier stage;
+``horovod_spark.run_elastic(fn, num_proc=N, min_num_proc=M)`` runs it as an elastic job of Spark tasks;
 ``horovod_spark.HorovodRunner(np=N).run(main, **kwargs)`` is Databricks' sparkdl HorovodRunner on it.
 Both are resolved lazily so that ``import horovod_spark.torch`` (and the core bindings) never import pyspark.
 """
 _LAZY = {
     "run": ("horovod_spark.spark.driver", "run"),
+    "run_elastic": ("horovod_spark.spark.elastic_run", "run_elastic"),
     "HorovodRunner": ("horovod_spark.spark.horovod_runner", "HorovodRunner"),
 }
 

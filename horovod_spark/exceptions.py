@@ -33,6 +33,16 @@ class HorovodTimeoutError(HorovodInternalError, TimeoutError):
     """A wait on a collective ran past its timeout."""
 
 
+class HostsUpdatedInterrupt(RuntimeError):
+    """Elastic training: ranks joined or left the job; every rank raises it at the same commit so
+    ``hvd.elastic.run`` re-forms the job without rolling back. ``skip_sync``: True when ranks only
+    left, so the survivors' state is already in agreement and need not be broadcast again."""
+
+    def __init__(self, skip_sync: bool = False):
+        super().__init__("the job's membership changed")
+        self.skip_sync = skip_sync
+
+
 # -- configuration and rendezvous ----------------------------------------------------------------
 
 class ConfigError(ValueError):
@@ -66,6 +76,12 @@ class RankFailedError(RuntimeError):
     def __reduce__(self):
         # Default exception pickling would call __init__ with the message only.
         return (type(self), (self.rank, self.exit_code, self.remote_traceback, self.summary))
+
+
+class ElasticJobError(RuntimeError):
+    """An elastic job could not go on: fewer ranks than ``min_num_proc`` remained within
+    ``elastic_timeout``, or more resets than ``reset_limit`` were needed. The message names the
+    ranks lost and why."""
 
 
 class HorovodSparkError(RuntimeError):
@@ -148,6 +164,6 @@ def __getattr__(name):
     raise AttributeError("module %r has no attribute %r" % (__name__, name))
 
 
-__all__ = ["HorovodInternalError", "HorovodCollectiveError", "HorovodTimeoutError", "ConfigError", "KVError",
-           "RankFailedError", "HorovodSparkError", "SparkRankFailedError", "StartTimeoutError",
-           "StoreConnectionError", "PetastormUnavailableError"]  # and TransportError, on demand
+__all__ = ["HorovodInternalError", "HorovodCollectiveError", "HorovodTimeoutError", "HostsUpdatedInterrupt",
+           "ConfigError", "KVError", "RankFailedError", "ElasticJobError", "HorovodSparkError", "SparkRankFailedError",
+           "StartTimeoutError", "StoreConnectionError", "PetastormUnavailableError"]  # and TransportError, on demand

@@ -8,10 +8,13 @@ import threading
 
 from horovod_spark.common import _core, gpu_support, peer_addresses, rendezvous
 from horovod_spark.common import config as env_config  # basics.config() is the core's settings
-from horovod_spark.exceptions import ConfigError
+from horovod_spark.exceptions import ConfigError, HorovodInternalError
 
 _lock = threading.RLock()
-_state = {"topology": None, "generation": 0, "mpi": False, "comm": None}
+# generation: how many times this process formed a job (the KV scope of each rendezvous); in an
+# elastic job the driver numbers the generations instead (elastic_generation, 0 before the first).
+_state = {"topology": None, "generation": 0, "mpi": False, "comm": None, "elastic_generation": 0,
+          "last_rank": None}
 
 
 def init(comm=None, process_sets=None):
@@ -27,44 +30,78 @@ def init(comm=None, process_sets=None):
     with _lock:
         if _core.is_created():
             return
-        ident = rendezvous.identity_from(comm)
-        timeout = env_config.START_TIMEOUT.get()
-        reachable_at = peer_addresses.candidates()
-        address = reachable_at[0][0]
-        # The peer port listens only where the other ranks are told to connect, unless asked. With
-        # several published addresses it must listen on all: a peer's probe takes a refused
-        # connection as an answer, so a port bound to one of them would make that choice wrong.
-        bind_any = env_config.BIND_ANY.get() or len(reachable_at) > 1
-        port = _core.create(ident.rank, ident.size, "" if bind_any else address)
-        try:
-            mine = rendezvous.PeerRecord(ident.rank, address, port, rendezvous.host_id(),
-                                         [list(c) for c in reachable_at])
-            records, token = rendezvous.exchange_records(ident, mine, _state["generation"], timeout)
-            records = peer_addresses.choose(records, ident.rank, timeout)
-            mpi_handle = 0
-            if _wants_mpi_data_plane(ident):
-                from mpi4py import MPI
-                # A private duplicate: our messages can never match the user's own mpi4py calls.
-                _state["mpi_dup"] = ident.comm.Dup()
-                mpi_handle = MPI._handleof(_state["mpi_dup"])
-            _core.start([(r.host, r.port, r.host_id) for r in records], token, mpi_handle)
-        except BaseException:
-            _core.shutdown()
-            raise
-        _state["generation"] += 1
-        local_rank, local_size, cross_rank, cross_size = rendezvous.placement(records, ident.rank)
-        if ident.source == "env":  # a launcher that knows the real placement may say so
-            local_rank = env_config.LOCAL_RANK.get(default=local_rank)
-            local_size = env_config.LOCAL_SIZE.get(default=local_size)
-            cross_rank = env_config.CROSS_RANK.get(default=cross_rank)
-            cross_size = env_config.CROSS_SIZE.get(default=cross_size)
-        _state["topology"] = (ident.rank, ident.size, local_rank, local_size, cross_rank, cross_size)
-        _state["mpi"] = ident.source == "mpi"
-        _state["comm"] = ident.comm
+        while True:
+            try:
+                _connect(comm)
+                break
+            except (HorovodInternalError, _core.TransportError, ConnectionError):
+                if not _elastic_membership_changed(comm):
+                    raise
+                # A peer was lost while this job formed: form the driver's newer one instead.
     if process_sets:
         from horovod_spark.common import process_sets as _ps
         for ps in process_sets:
             _ps.add_process_set(ps)
+
+
+def _elastic_membership_changed(comm) -> bool:
+    if not env_config.ELASTIC.get() or comm is not None:
+        return False
+    from horovod_spark.common import elastic_rendezvous
+    return elastic_rendezvous.newest_generation() > _state["elastic_generation"]
+
+
+def _connect(comm):
+    """One attempt of init(): rendezvous with the job's other ranks and connect the core to them."""
+    timeout = env_config.START_TIMEOUT.get()
+    generation, superseded = _state["generation"], None
+    if env_config.ELASTIC.get() and comm is None:
+        from horovod_spark.common import elastic_rendezvous
+        timeout = max(timeout, env_config.ELASTIC_TIMEOUT.get())
+        generation, rank, size = elastic_rendezvous.assignment(_state["elastic_generation"], timeout)
+        ident = rendezvous.Identity(rank, size, "elastic")
+        superseded = elastic_rendezvous.superseded_check(generation)
+    else:
+        ident = rendezvous.identity_from(comm)
+    reachable_at = peer_addresses.candidates()
+    address = reachable_at[0][0]
+    # The peer port listens only where the other ranks are told to connect, unless asked. With
+    # several published addresses it must listen on all: a peer's probe takes a refused
+    # connection as an answer, so a port bound to one of them would make that choice wrong.
+    bind_any = env_config.BIND_ANY.get() or len(reachable_at) > 1
+    port = _core.create(ident.rank, ident.size, "" if bind_any else address)
+    try:
+        mine = rendezvous.PeerRecord(ident.rank, address, port, rendezvous.host_id(),
+                                     [list(c) for c in reachable_at])
+        records, token = rendezvous.exchange_records(ident, mine, generation, timeout,
+                                                     superseded=superseded)
+        records = peer_addresses.choose(records, ident.rank, timeout)
+        mpi_handle = 0
+        if _wants_mpi_data_plane(ident):
+            from mpi4py import MPI
+            # A private duplicate: our messages can never match the user's own mpi4py calls.
+            _state["mpi_dup"] = ident.comm.Dup()
+            mpi_handle = MPI._handleof(_state["mpi_dup"])
+        _core.start([(r.host, r.port, r.host_id) for r in records], token, mpi_handle)
+    except BaseException:
+        _core.shutdown()
+        if ident.source == "elastic":
+            _state["elastic_generation"] = generation  # the next attempt asks for a newer one
+        raise
+    if ident.source == "elastic":
+        _state["elastic_generation"] = generation
+    else:
+        _state["generation"] += 1
+    local_rank, local_size, cross_rank, cross_size = rendezvous.placement(records, ident.rank)
+    if ident.source == "env":  # a launcher that knows the real placement may say so
+        local_rank = env_config.LOCAL_RANK.get(default=local_rank)
+        local_size = env_config.LOCAL_SIZE.get(default=local_size)
+        cross_rank = env_config.CROSS_RANK.get(default=cross_rank)
+        cross_size = env_config.CROSS_SIZE.get(default=cross_size)
+    _state["topology"] = (ident.rank, ident.size, local_rank, local_size, cross_rank, cross_size)
+    _state["last_rank"] = ident.rank
+    _state["mpi"] = ident.source == "mpi"
+    _state["comm"] = ident.comm
 
 
 def _initial_process_sets(process_sets):

@@ -251,6 +251,16 @@ CPU_OPERATIONS = _define("HOROVOD_CPU_OPERATIONS", choice("mpi", "gloo", synonym
                          "hvd.init(comm=...)) or gloo, this project's shared-memory and TCP links.",
                          default_text="mpi under mpirun, else gloo")
 
+ELASTIC = _define("HOROVOD_ELASTIC", FLAG, False, "This rank belongs to an elastic job: hvd.init() asks the job's "
+                  "driver for its rank and size (which change when ranks are lost or added) instead of reading "
+                  "HOROVOD_RANK. Set by the elastic launchers (run_elastic_local) for each rank.")
+ELASTIC_WORKER = _define("HOROVOD_ELASTIC_WORKER", whole_number(0), None, "An elastic rank's worker number: fixed "
+                         "for the life of its process, while its rank changes from reset to reset. Set by the "
+                         "elastic launchers for each rank.")
+ELASTIC_TIMEOUT = _define("HOROVOD_ELASTIC_TIMEOUT", seconds(1), 600.0, "Elastic jobs: how long a reset waits for "
+                          "the job to re-form (enough ranks, all of them in hvd.init()) before it fails; "
+                          "run_elastic_local's elastic_timeout sets it.")
+
 # -- the core's settings (Horovod's names), read by native/common/config.cc -----------------------
 FUSION_THRESHOLD = _define("HOROVOD_FUSION_THRESHOLD", core_number(0, "bytes"), 134217728, "Bytes of allreduces "
                            "fused into one collective.", read_by=CORE)

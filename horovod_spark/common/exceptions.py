@@ -2,6 +2,11 @@
 
 The classes live in ``horovod_spark.exceptions``, with every other exception horovod_spark raises.
 """
-from horovod_spark.exceptions import HorovodCollectiveError, HorovodInternalError, HorovodTimeoutError
+from horovod_spark.exceptions import (
+                                      HorovodCollectiveError,
+                                      HorovodInternalError,
+                                      HorovodTimeoutError,
+                                      HostsUpdatedInterrupt,
+)
 
-__all__ = ["HorovodInternalError", "HorovodCollectiveError", "HorovodTimeoutError"]
+__all__ = ["HorovodInternalError", "HorovodCollectiveError", "HorovodTimeoutError", "HostsUpdatedInterrupt"]

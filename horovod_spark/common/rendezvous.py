@@ -135,7 +135,7 @@ def note_rank_exit(store, run_scope: str, rank: int, returncode: int) -> None:
     store.put(exited_scope(run_scope), _rank_key(rank), str(int(returncode)).encode())
 
 
-def _wait_for_ranks(client, scope: str, run_scope: str, ident: Identity, timeout: float):
+def _wait_for_ranks(client, scope: str, run_scope: str, ident: Identity, timeout: float, superseded=None):
     keys = [_rank_key(r) for r in range(ident.size)]
     exited = exited_scope(run_scope)
     start = time.monotonic()
@@ -144,6 +144,11 @@ def _wait_for_ranks(client, scope: str, run_scope: str, ident: Identity, timeout
         try:
             return client.get_many(scope, keys, max(0.0, min(_WAIT_SLICE_S, deadline - time.monotonic())))
         except TimeoutError as exc:
+            if superseded is not None:
+                why = superseded()
+                if why:
+                    from horovod_spark.exceptions import HorovodInternalError
+                    raise HorovodInternalError(why) from None
             present = set(client.keys(scope))
             missing = [r for r in range(ident.size) if _rank_key(r) not in present]
             gone = set(client.keys(exited)).intersection(_rank_key(r) for r in missing)
@@ -167,10 +172,12 @@ def _wait_for_ranks(client, scope: str, run_scope: str, ident: Identity, timeout
 
 
 def exchange_records(ident: Identity, mine: PeerRecord, generation: int, timeout: float,
-                     environ=None) -> (List[PeerRecord], str):
+                     environ=None, superseded=None) -> (List[PeerRecord], str):
     """Every rank's record, by rank, and a token all ranks share (derived from the job secret) that
     the core uses to refuse connections from anything but its peers. Fails fast when a rank the
-    others wait for has ended without calling hvd.init(), and says whom it waits for meanwhile."""
+    others wait for has ended without calling hvd.init(), and says whom it waits for meanwhile.
+    ``superseded`` (elastic jobs): called while waiting; a text it returns ends the wait with
+    HorovodInternalError."""
     if ident.source == "single":
         return [mine], hashlib.sha256(os.urandom(16)).hexdigest()
     if ident.source == "mpi":
@@ -182,7 +189,7 @@ def exchange_records(ident: Identity, mine: PeerRecord, generation: int, timeout
     client = KVClient.from_env(environ)
     try:
         client.put(scope, _rank_key(ident.rank), mine.encode())
-        values = _wait_for_ranks(client, scope, run_scope, ident, timeout)
+        values = _wait_for_ranks(client, scope, run_scope, ident, timeout, superseded)
     finally:
         client.close()
     records = [PeerRecord.decode(values[_rank_key(r)]) for r in range(ident.size)]

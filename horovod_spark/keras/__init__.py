@@ -32,7 +32,7 @@ from horovod_spark.common.basics import (
 )
 from horovod_spark.common.process_sets import ProcessSet, add_process_set, global_process_set, remove_process_set
 from horovod_spark.exceptions import HorovodInternalError
-from horovod_spark.keras import callbacks
+from horovod_spark.keras import callbacks, elastic
 from horovod_spark.keras.ops import allgather, allreduce, broadcast, broadcast_global_variables, reducescatter
 from horovod_spark.keras.optimizer import DistributedOptimizer, PartialDistributedOptimizer
 from horovod_spark.keras.saving import load_model
@@ -54,7 +54,7 @@ __all__ = [
     "is_homogeneous", "mpi_threads_supported", "mpi_enabled", "mpi_built", "gloo_enabled", "gloo_built",
     "nccl_built", "cuda_built", "gpu_available", "ddl_built", "ccl_built", "rocm_built", "start_timeline",
     "stop_timeline",
-    "ProcessSet", "global_process_set", "add_process_set", "remove_process_set", "HorovodInternalError",
+    "ProcessSet", "global_process_set", "add_process_set", "remove_process_set", "HorovodInternalError", "elastic",
     "Average", "Sum", "Adasum", "Min", "Max", "Product", "Compression",
     "DistributedOptimizer", "PartialDistributedOptimizer", "load_model", "callbacks",
     "allreduce", "allgather", "broadcast", "reducescatter", "broadcast_global_variables",

@@ -3,6 +3,7 @@
 Fetches the cloudpickled ``(fn, args, kwargs)`` from the job's KV service (authenticated with
 HOROVOD_SECRET_KEY), runs it, and publishes the cloudpickled result, or the formatted traceback,
 under ``<HOROVOD_RUN_SCOPE>.launcher``. Exit code 0 means a result was published, 1 an error.
+Keys carry the rank, or in an elastic job the worker number (ranks change there; workers do not).
 """
 import sys
 import traceback
@@ -43,7 +44,7 @@ def main() -> int:
     from horovod_spark.common import config, wire
     from horovod_spark.common.kv_client import KVClient
 
-    rank = config.RANK.require()
+    rank = config.ELASTIC_WORKER.require() if config.ELASTIC.get() else config.RANK.require()
     scope = launcher_scope(config.RUN_SCOPE.require())
     start_timeout = config.START_TIMEOUT.get()
     client = KVClient.from_env()

@@ -190,7 +190,7 @@ class RankSupervisor:
     def __init__(self, argvs: Sequence[Sequence[str]], envs: Sequence[Mapping[str, str]], *,
                  cwd: Optional[str] = None, stdout: Optional[TextIO] = None, stderr: Optional[TextIO] = None,
                  prefix_output: bool = True, tail_lines: int = 100, kill_grace: float = 2.0,
-                 on_exit: Optional[Callable[[int, int], None]] = None):
+                 on_exit: Optional[Callable[[int, int], None]] = None, first_label: int = 0):
         if len(argvs) != len(envs):
             raise ValueError("one argv and one environment per rank (got %d and %d)" % (len(argvs), len(envs)))
         if not argvs:
@@ -202,6 +202,7 @@ class RankSupervisor:
         self._stderr = stderr
         self._kill_grace = kill_grace
         self._on_exit = on_exit  # (rank, returncode), once per rank as it is reaped
+        self._first_label = first_label  # output of rank r is prefixed [r + first_label]
         self._procs: List[subprocess.Popen] = []
         self._returncodes: Dict[int, int] = {}
         self._pump = _OutputPump(prefix_output, tail_lines)
@@ -222,7 +223,7 @@ class RankSupervisor:
 
     def stderr_tail(self, rank: int) -> str:
         """The last lines rank ``rank`` wrote to stderr (complete only after ``stop()``)."""
-        return "\n".join(self._pump.tails.get(rank, ()))
+        return "\n".join(self._pump.tails.get(rank + self._first_label, ()))
 
     def pids(self) -> List[int]:
         return [p.pid for p in self._procs]
@@ -243,8 +244,9 @@ class RankSupervisor:
                 self._procs.append(proc)
                 # The pump reads its own duplicates; closing Popen's copies means nothing else can
                 # consume the rank's output.
-                self._pump.add(os.dup(proc.stdout.fileno()), rank, "stdout", out)
-                self._pump.add(os.dup(proc.stderr.fileno()), rank, "stderr", err)
+                label = rank + self._first_label
+                self._pump.add(os.dup(proc.stdout.fileno()), label, "stdout", out)
+                self._pump.add(os.dup(proc.stderr.fileno()), label, "stderr", err)
                 proc.stdout.close()
                 proc.stderr.close()
         except BaseException:

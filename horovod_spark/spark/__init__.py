@@ -7,6 +7,7 @@ package's ``RankFailedError`` is its ``SparkRankFailedError``.
 """
 _EXPORTS = {
     "run": (".driver", "run"),
+    "run_elastic": (".elastic_run", "run_elastic"),
     "HorovodRunner": (".horovod_runner", "HorovodRunner"),
     "log_to_driver": (".driver_log", "log_to_driver"),
     "LogCallback": (".log_callback", "LogCallback"),

@@ -32,6 +32,7 @@ from horovod_spark.common.basics import (
 )
 from horovod_spark.common.process_sets import ProcessSet, add_process_set, global_process_set, remove_process_set
 from horovod_spark.exceptions import HorovodInternalError
+from horovod_spark.tensorflow import elastic
 from horovod_spark.tensorflow._build import cuda_built, gpu_available, nccl_built
 from horovod_spark.tensorflow._control import (
                                          barrier,
@@ -79,7 +80,7 @@ __all__ = [
     "nccl_built", "cuda_built", "gpu_available", "ddl_built", "ccl_built", "rocm_built", "start_timeline",
     "stop_timeline",
     "size_op", "rank_op", "local_size_op", "local_rank_op", "process_set_included_op",
-    "ProcessSet", "global_process_set", "add_process_set", "remove_process_set", "HorovodInternalError",
+    "ProcessSet", "global_process_set", "add_process_set", "remove_process_set", "HorovodInternalError", "elastic",
     "Average", "Sum", "Adasum", "Min", "Max", "Product", "Compression",
     "allreduce", "grouped_allreduce", "allgather", "grouped_allgather", "broadcast", "broadcast_", "alltoall",
     "reducescatter", "grouped_reducescatter", "join", "barrier",

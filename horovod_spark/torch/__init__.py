@@ -8,6 +8,7 @@ Ported scripts change only their import::
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     hvd.broadcast_optimizer_state(optimizer, root_rank=0)
 """
+from horovod_spark.torch import elastic
 from horovod_spark.torch import mpi_ops as _mpi_ops
 from horovod_spark.torch.functions import (
                                            allgather_object,
@@ -21,5 +22,5 @@ from horovod_spark.torch.sync_batch_norm import SyncBatchNorm
 
 __all__ = list(_mpi_ops.__all__) + [
     "DistributedOptimizer", "broadcast_parameters", "broadcast_optimizer_state", "broadcast_object",
-    "allgather_object", "SyncBatchNorm",
+    "allgather_object", "SyncBatchNorm", "elastic",
 ]

@@ -32,15 +32,8 @@ OURS = {
 ESTIMATORS = {"horovod.spark.keras.KerasEstimator": "horovod_spark.estimator.KerasEstimator",
               "horovod.spark.torch.TorchEstimator": "horovod_spark.estimator.TorchEstimator"}
 
-_ELASTIC = ("elastic training: a job runs at the size it started with, and a lost rank fails it (resubmit the "
-            "job; an estimator fit with the same run_id resumes from its last checkpoint)")
-
 # (Horovod module, name) -> why horovod_spark does not offer it.
 MISSING = {
-    ("horovod.torch", "elastic"): _ELASTIC,
-    ("horovod.tensorflow", "elastic"): _ELASTIC,
-    ("horovod.tensorflow.keras", "elastic"): _ELASTIC,
-    ("horovod.spark", "run_elastic"): _ELASTIC + "; use horovod_spark.run",
     ("horovod.tensorflow", "BroadcastGlobalVariablesHook"): "a TF1 SessionRunHook (tf.estimator, "
         "MonitoredTrainingSession); only TensorFlow 2 is supported: call hvd.broadcast_variables after the "
         "first step, or use hvd.callbacks.BroadcastGlobalVariablesCallback with Keras",
@@ -55,6 +48,12 @@ MISSING = {
 # (Horovod module, name) -> {Horovod parameter: why horovod_spark's does not take it}; "(order)" when the
 # parameters a call may pass by position differ.
 SIGNATURE_GAPS = {
+    ("horovod.spark", "run_elastic"): {
+        "stdout": "the ranks of run_elastic run in ordinary Spark tasks and write to the executors' logs",
+        "stderr": "the ranks of run_elastic run in ordinary Spark tasks and write to the executors' logs",
+        "prefix_output_with_timestamp": "the ranks' output goes to the executors' logs, which Spark timestamps",
+        "(order)": "after reset_limit, pass the arguments by keyword (env=, verbose=, nics=, min_np=, max_np=)",
+    },
     ("horovod.spark.common.store", "HDFSStore"): {
         "host": "put the namenode in the URL: HDFSStore('hdfs://namenode:8020/path')",
         "driver": "pyarrow has one HDFS driver, libhdfs (Horovod's 'libhdfs3' went with pyarrow 0.17)",

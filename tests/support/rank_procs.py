@@ -12,7 +12,7 @@ from horovod_spark.launcher.local_job import rank_environment
 
 
 @contextmanager
-def rank_processes(code: str, num_proc: int, extra_env=None):
+def rank_processes(code: str, num_proc: int, extra_env=None, argv=()):
     key = secrets.token_bytes(32)
     server = KVStoreServer(key, host="127.0.0.1")
     port = server.start()
@@ -23,7 +23,7 @@ def rank_processes(code: str, num_proc: int, extra_env=None):
         scope = "t-" + uuid.uuid4().hex[:8]
         for r in range(num_proc):
             env = rank_environment(r, num_proc, port, key, scope, base)
-            procs.append(subprocess.Popen([sys.executable, "-c", code], env=env,
+            procs.append(subprocess.Popen([sys.executable, "-c", code] + list(argv), env=env,
                                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
         yield procs
     finally:

@@ -4,4 +4,7 @@ Every name is ``horovod_spark.keras``'s.
 """
 from horovod_spark.keras import *  # noqa: F401,F403 - the whole API, listed in horovod_spark.keras.__all__
 from horovod_spark.keras import __all__  # noqa: F401
-from horovod_spark.tensorflow.keras import callbacks  # noqa: F401 - Horovod's path, the same classes
+from horovod_spark.tensorflow.keras import (
+    callbacks,  # noqa: F401 - Horovod's path, the same classes
+    elastic,  # noqa: F401 - Horovod's path, the same classes
+)

@@ -1,0 +1,231 @@
+"""``horovod_spark.run_elastic``: an elastic job whose ranks run in ordinary (non-barrier) Spark tasks.
+
+A barrier stage cannot lose a task without failing whole, so ``run_elastic`` submits one job of
+``num_proc`` ordinary tasks. Each task registers with the driver as a worker and runs one rank
+process (``elastic_task.py``). The driver cannot see the executors' processes, so ranks send a
+heartbeat; a member silent for ``_LOST_AFTER_S``, or whose task reported a non-zero exit without an
+error from fn, is lost, and the survivors re-form the job (``launcher/elastic_driver.py``). When
+an executor dies Spark reschedules its task on another executor; that attempt registers as a new
+worker, and the job grows back (up to ``max_num_proc``) at the ranks' next commit.
+"""
+import functools
+import logging
+import sys
+import threading
+import time
+import uuid
+from typing import Any, Callable, Dict, List, Optional
+
+from horovod_spark.common import config, source_pickle, wire
+from horovod_spark.common.kv_client import KVClient
+from horovod_spark.common.kv_server import KVStoreServer
+from horovod_spark.exceptions import ElasticJobError, HorovodSparkError, RankFailedError
+from horovod_spark.launcher import run_local_rank
+from horovod_spark.launcher.elastic_driver import ElasticDriver
+from horovod_spark.launcher.elastic_job import _check_sizes
+
+from . import driver as _driver
+from .elastic_task import OP_EXIT, OP_REGISTER, ElasticTaskSpec, run_elastic_task
+
+log = logging.getLogger(__name__)
+
+_LOST_AFTER_S = 4.0
+# How long the cancelled Spark job gets to wind down before run_elastic returns anyway.
+_JOB_JOIN_S = 8.0
+_POLL_S = 0.1
+
+
+class _Workers:
+    """Registrations and exits reported by the tasks, under the service's condition."""
+
+    def __init__(self, server: KVStoreServer, max_workers: int):
+        self._server = server
+        self.pending: List[int] = []
+        self.registered_at: Dict[int, float] = {}
+        self.exits: Dict[int, int] = {}
+        self.closed = False
+        self._next = 0
+        self._max_workers = max_workers
+        server.add_handler(OP_REGISTER, self._register)
+        server.add_handler(OP_EXIT, self._exit)
+
+    def _register(self, partition, attempt, host):
+        with self._server.condition:
+            if self.closed or self._next >= self._max_workers:
+                return -1
+            worker, self._next = self._next, self._next + 1
+            self.pending.append(worker)
+            self.registered_at[worker] = time.monotonic()
+            log.info("run_elastic: worker %d is partition %s attempt %s on %s", worker, partition, attempt, host)
+            self._server.condition.notify_all()
+            return worker
+
+    def _exit(self, worker, returncode):
+        with self._server.condition:
+            self.exits[int(worker)] = int(returncode)
+            self._server.condition.notify_all()
+
+    def take_pending(self) -> List[int]:
+        with self._server.condition:
+            taken, self.pending = self.pending, []
+            return taken
+
+
+def run_elastic(fn: Callable, args=(), kwargs: Optional[dict] = None, num_proc: Optional[int] = None,
+                min_num_proc: Optional[int] = None, max_num_proc: Optional[int] = None,
+                start_timeout: Optional[float] = None, elastic_timeout: Optional[float] = None,
+                reset_limit: Optional[int] = None, env: Optional[Dict[str, str]] = None, verbose: int = 1,
+                nics=None, min_np: Optional[int] = None, max_np: Optional[int] = None,
+                executable: Optional[str] = None) -> List[Any]:
+    """Run ``fn(*args, **kwargs)`` as an elastic job of ``num_proc`` ranks on Spark tasks and return the
+    results of the ranks that finished, by rank. ``fn`` calls ``hvd.init()`` and a function decorated
+    with ``hvd.elastic.run``. A rank whose task or executor dies is lost: the others roll back to
+    their last commit and go on with fewer ranks (never fewer than ``min_num_proc``, default
+    ``num_proc``); the task Spark reschedules joins again, up to ``max_num_proc`` (default
+    ``num_proc``). ``reset_limit``: resets allowed (None: unlimited); ``elastic_timeout`` (default
+    HOROVOD_ELASTIC_TIMEOUT): how long a reset may wait for enough ranks; ``start_timeout`` (default
+    HOROVOD_SPARK_START_TIMEOUT): how long to wait for the first ``num_proc`` tasks. ``nics``: the
+    network interfaces the ranks use (as ``run``'s); ``min_np``/``max_np``: Horovod's older names of
+    ``min_num_proc``/``max_num_proc``. The ranks' output goes to the executors' logs."""
+    import cloudpickle
+
+    sc = _driver._spark_context()
+    min_num_proc = min_np if min_num_proc is None else min_num_proc
+    max_num_proc = max_np if max_num_proc is None else max_num_proc
+    rank_env = _driver._rank_env(env)
+    chosen_nics = _driver._nics(nics)
+    if chosen_nics:
+        rank_env[config.GLOO_IFACE.name] = ",".join(chosen_nics)
+    num_proc = num_proc if num_proc is not None else sc.defaultParallelism
+    min_num_proc = num_proc if min_num_proc is None else min_num_proc
+    max_num_proc = num_proc if max_num_proc is None else max_num_proc
+    _check_sizes(num_proc, min_num_proc, max_num_proc, reset_limit)
+    start_timeout = _driver._start_timeout(start_timeout)
+    elastic_timeout = float(config.ELASTIC_TIMEOUT.get() if elastic_timeout is None else elastic_timeout)
+    job_id = "elastic-" + uuid.uuid4().hex
+    secret = wire.make_secret()
+    server = KVStoreServer(secret, host="0.0.0.0")
+    edriver = ElasticDriver(server)
+    # Every task attempt Spark may make (spark.task.maxFailures per partition) can become a worker.
+    workers = _Workers(server, num_proc * max(1, int(sc.getConf().get("spark.task.maxFailures", "4"))))
+    port = server.start()
+    group = "horovod_spark.run_elastic." + job_id
+    outcome: Dict[str, Any] = {}
+    thread = None
+    try:
+        scope = run_local_rank.launcher_scope(job_id)
+        server.put(scope, run_local_rank.SYS_PATH_KEY, wire.encode_message([p for p in sys.path if p]))
+        payload = source_pickle.dumps((fn, tuple(args), dict(kwargs or {})))
+        _put_blob(server, scope, run_local_rank.FN_KEY, payload)
+        spec = ElasticTaskSpec(job_id, _driver._driver_addresses(sc), port, secret, elastic_timeout,
+                               rank_env, executable)
+
+        def spark_job():
+            try:
+                sc.setJobGroup(group, "horovod_spark.run_elastic (%d ranks)" % num_proc, interruptOnCancel=True)
+                sc.parallelize(range(num_proc), num_proc).mapPartitions(
+                    functools.partial(run_elastic_task, spec)).collect()
+            except BaseException as exc:
+                outcome["error"] = exc
+
+        thread = threading.Thread(target=spark_job, name="run_elastic-job", daemon=True)
+        thread.start()
+        return _drive(server, secret, edriver, workers, scope, num_proc, min_num_proc, max_num_proc, reset_limit,
+                      start_timeout, elastic_timeout, outcome, verbose, cloudpickle)
+    except ElasticJobError as exc:
+        edriver.fail(str(exc))
+        raise
+    finally:
+        with server.condition:
+            workers.closed = True
+        try:
+            sc.cancelJobGroup(group)
+        except Exception:
+            pass
+        if thread is not None:
+            thread.join(_JOB_JOIN_S)  # the cancelled job's tasks end their rank processes
+        server.stop()
+
+
+def _put_blob(server, scope, key, data):
+    chunk = 16 * 1024 * 1024
+    n = max(1, -(-len(data) // chunk))
+    for i in range(n):
+        server.put(scope, "%s#%d" % (key, i), data[i * chunk:(i + 1) * chunk])
+    server.put(scope, key, b"%d" % n)
+
+
+def _drive(server, secret, edriver, workers, scope, num_proc, min_num_proc, max_num_proc, reset_limit, start_timeout,
+           elastic_timeout, outcome, verbose, cloudpickle):
+    running: List[int] = []
+    finished: List[int] = []
+    lost: List[str] = []
+    last_rank: Dict[int, int] = {}
+    resets = 0
+
+    def form(cause):
+        generation = edriver.form(running)
+        last_rank.update({w: r for r, w in enumerate(running)})
+        if cause and verbose:
+            print("[horovod_spark] run_elastic: %s; generation %d has %d rank(s)" % (cause, generation, len(running)),
+                  file=sys.stderr, flush=True)
+
+    deadline = time.monotonic() + start_timeout
+    while len(running) < num_proc:
+        running.extend(workers.take_pending())
+        if "error" in outcome:
+            raise HorovodSparkError("run_elastic's Spark job failed before the ranks started: %s" % outcome["error"])
+        if time.monotonic() >= deadline:
+            if len(running) >= min_num_proc:
+                break
+            raise ElasticJobError("run_elastic: only %d of %d tasks started within start_timeout=%.0f s (min_num_proc"
+                                  "=%d)" % (len(running), num_proc, start_timeout, min_num_proc))
+        time.sleep(_POLL_S)
+    form(None)
+    wait_for_slots_until = None
+    while running:
+        changed = []
+        for worker in list(running):
+            code = workers.exits.get(worker)
+            silent = edriver.silent_since(worker, workers.registered_at[worker] + start_timeout)
+            if code == 0:
+                running.remove(worker)
+                finished.append(worker)
+                continue
+            if code is None and silent < _LOST_AFTER_S:
+                continue
+            error = server.get_nowait(scope, run_local_rank.error_key(worker))
+            if error is not None:
+                raise RankFailedError(last_rank.get(worker, worker), code, error.decode("utf-8", "replace"),
+                                      "worker %d (rank %s) of run_elastic raised an exception; the job was stopped"
+                                      % (worker, last_rank.get(worker)))
+            how = "exited with code %d" % code if code is not None else "was silent for %.0f s" % silent
+            lost.append("worker %d (rank %s) %s" % (worker, last_rank.get(worker), how))
+            changed.append("lost " + lost[-1])
+            running.remove(worker)
+            edriver.remove(worker)
+            wait_for_slots_until = time.monotonic() + elastic_timeout
+        for worker in workers.take_pending():
+            if finished or len(running) >= max_num_proc:
+                edriver.remove(worker)  # the job is finishing or full: its task ends without a rank
+            else:
+                running.append(worker)
+                changed.append("worker %d joined" % worker)
+        if running and len(running) < min_num_proc:
+            # The survivors wait in hvd.init() until enough tasks join, or the job fails.
+            if time.monotonic() >= wait_for_slots_until:
+                raise ElasticJobError("run_elastic lost %s; %d rank(s) remain, fewer than min_num_proc=%d, and "
+                                      "no task joined within elastic_timeout=%.0f s"
+                                      % ("; ".join(lost), len(running), min_num_proc, elastic_timeout))
+        elif changed and running:
+            resets += 1
+            if reset_limit is not None and resets > reset_limit:
+                raise ElasticJobError("run_elastic needed reset %d (%s) but reset_limit=%d; lost: %s"
+                                      % (resets, ", ".join(changed), reset_limit, "; ".join(lost) or "none"))
+            form(", ".join(changed))
+        time.sleep(_POLL_S)
+    if not finished:
+        raise ElasticJobError("run_elastic: every rank was lost: %s" % "; ".join(lost))
+    with KVClient("127.0.0.1", server.port, secret) as client:
+        done = sorted(finished, key=lambda w: last_rank.get(w, w))
+        return [cloudpickle.loads(client.get_blob(scope, run_local_rank.result_key(w), 30.0)) for w in done]

@@ -1,0 +1,99 @@
+"""horovod_spark.run_elastic on local-cluster[3,1,1024]: three executor JVMs, one rank each. The
+JVM of one rank's executor is SIGKILLed during training; the survivors roll back to their last
+commit, re-form the job and finish with the model an undisturbed run computes; when Spark reruns
+the lost task on a new executor, the job grows back to three ranks."""
+import os
+import sys
+import threading
+import time
+
+import cloudpickle
+import pytest
+
+pytest.importorskip("pyspark")
+pytest.importorskip("torch")
+
+from support import elastic_training  # noqa: E402
+
+import horovod_spark  # noqa: E402
+
+pytestmark = pytest.mark.timeout(400)
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+@pytest.fixture(scope="module")
+def spark_master():
+    return "local-cluster[3,1,1024]"
+
+
+def _executor_jvm_pid():
+    """The pid of the executor JVM this rank runs under: rank -> Python worker -> daemon -> JVM."""
+    pid = os.getpid()
+    for _ in range(6):
+        with open("/proc/%d/stat" % pid) as f:
+            pid = int(f.read().rsplit(")", 1)[1].split()[1])
+        with open("/proc/%d/cmdline" % pid, "rb") as f:
+            if b"CoarseGrainedExecutorBackend" in f.read():
+                return pid
+    raise RuntimeError("no executor JVM above pid %d" % os.getpid())
+
+
+def _train_and_mark(victim_worker, pid_file, started_file, commit_delay):
+    from horovod_spark.common import config
+    if config.ELASTIC_WORKER.get() == victim_worker:
+        with open(pid_file + ".tmp", "w") as f:
+            f.write(str(_executor_jvm_pid()))
+        os.rename(pid_file + ".tmp", pid_file)
+    return elastic_training.train(-1, "none", 0, commit_delay, started_file)
+
+
+def _run_killing_an_executor(tmp_path, commit_delay):
+    """run_elastic of 3 ranks; once training is under way (rank 0 marks step 4) the executor JVM of
+    worker 2 is SIGKILLed. Returns the results and the wall time of the kill."""
+    pid_file, started_file = str(tmp_path / "victim_jvm"), str(tmp_path / "started")
+    killed = {}
+
+    def killer():
+        deadline = time.monotonic() + 200
+        while not (os.path.exists(pid_file) and os.path.exists(started_file)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        pid = int(open(pid_file).read())
+        killed["at"] = time.time()
+        os.kill(pid, 9)
+
+    thread = threading.Thread(target=killer, daemon=True)
+    thread.start()
+    results = horovod_spark.run_elastic(_train_and_mark, args=(2, pid_file, started_file, commit_delay), num_proc=3,
+                                        min_num_proc=2, elastic_timeout=120, start_timeout=120)
+    thread.join(5)
+    assert "at" in killed
+    return results, killed["at"]
+
+
+def test_run_elastic_survives_an_executor_jvm_killed_by_pid(spark, tmp_path):
+    reference = elastic_training.reference_weights()
+    results, killed_at = _run_killing_an_executor(tmp_path, 0.3)
+    assert len(results) >= 2, results
+    recovery = max(r["resumed_at"] for r in results if r["resumed_at"]) - killed_at
+    print("run_elastic: %d rank(s) finished; from the executor kill to the first step after the reset: %.1f s"
+          % (len(results), recovery))
+    assert recovery < 30, recovery  # the issue's goal
+    for rank, result in enumerate(results):
+        assert result["rank"] == rank and result["steps"] == elastic_training.STEPS, result
+        elastic_training.check_weights(result, reference)
+    assert all(r["resets"] >= 1 for r in results if r["worker"] < 2), results
+
+
+def test_run_elastic_grows_back_when_spark_reschedules_the_lost_task(spark, tmp_path):
+    # Slow commits (2 s a step) leave time for Spark to start a new executor and rerun the lost
+    # task there; its attempt joins as worker 3 and the job ends with 3 ranks again.
+    reference = elastic_training.reference_weights()
+    results, _ = _run_killing_an_executor(tmp_path, 2.0)
+    assert [r["size"] for r in results] == [3, 3, 3], results
+    assert sorted(r["worker"] for r in results) == [0, 1, 3], results
+    for rank, result in enumerate(results):
+        assert result["rank"] == rank and result["steps"] == elastic_training.STEPS, result
+        elastic_training.check_weights(result, reference)
+    survivor = results[0]
+    assert 2 in survivor["sizes"] and survivor["sizes"][-1] == 3, survivor["sizes"]
