@@ -42,17 +42,20 @@ def start_driver_service(key: bytes, num_proc: int, job_id: str, on_output, spar
     it (HOROVOD_SPARK_BIND_ANY), else on Spark's own spark.driver.bindAddress when set, else on the
     address the executors are told to dial. An address given in HOROVOD_SPARK_DRIVER_HOST that is
     not this machine's own (a NAT or proxy address) cannot be listened on; then every interface is."""
-    if config.BIND_ANY.get():
-        host = "0.0.0.0"
-    else:
-        host = spark_bind_address or driver_addrs[0]
-    service = DriverService(key, num_proc, job_id, on_output, host=host)
+    return start_listening(lambda host: DriverService(key, num_proc, job_id, on_output, host=host),
+                           spark_bind_address, driver_addrs)
+
+
+def start_listening(make_service, spark_bind_address: Optional[str], driver_addrs: Sequence[str]):
+    """``make_service(host)``, started on the address start_driver_service describes."""
+    host = "0.0.0.0" if config.BIND_ANY.get() else (spark_bind_address or driver_addrs[0])
+    service = make_service(host)
     try:
         service.start()
     except OSError:
         if host == "0.0.0.0" or spark_bind_address or not config.SPARK_DRIVER_HOST.get():
             raise
-        service = DriverService(key, num_proc, job_id, on_output, host="0.0.0.0")
+        service = make_service("0.0.0.0")
         service.start()
     return service
 

@@ -25,6 +25,7 @@ from horovod_spark.launcher.elastic_driver import ElasticDriver
 from horovod_spark.launcher.elastic_job import _check_sizes
 
 from . import driver as _driver
+from .driver_service import start_listening
 from .elastic_task import OP_EXIT, OP_REGISTER, ElasticTaskSpec, run_elastic_task
 
 log = logging.getLogger(__name__)
@@ -104,11 +105,13 @@ def run_elastic(fn: Callable, args=(), kwargs: Optional[dict] = None, num_proc: 
     elastic_timeout = float(config.ELASTIC_TIMEOUT.get() if elastic_timeout is None else elastic_timeout)
     job_id = "elastic-" + uuid.uuid4().hex
     secret = wire.make_secret()
-    server = KVStoreServer(secret, host="0.0.0.0")
+    addrs = _driver._driver_addresses(sc)
+    server = start_listening(lambda host: KVStoreServer(secret, host=host),
+                             sc.getConf().get("spark.driver.bindAddress"), addrs)
+    port = server.port
     edriver = ElasticDriver(server)
     # Every task attempt Spark may make (spark.task.maxFailures per partition) can become a worker.
     workers = _Workers(server, num_proc * max(1, int(sc.getConf().get("spark.task.maxFailures", "4"))))
-    port = server.start()
     group = "horovod_spark.run_elastic." + job_id
     outcome: Dict[str, Any] = {}
     thread = None
@@ -117,7 +120,7 @@ def run_elastic(fn: Callable, args=(), kwargs: Optional[dict] = None, num_proc: 
         server.put(scope, run_local_rank.SYS_PATH_KEY, wire.encode_message([p for p in sys.path if p]))
         payload = source_pickle.dumps((fn, tuple(args), dict(kwargs or {})))
         _put_blob(server, scope, run_local_rank.FN_KEY, payload)
-        spec = ElasticTaskSpec(job_id, _driver._driver_addresses(sc), port, secret, elastic_timeout,
+        spec = ElasticTaskSpec(job_id, addrs, port, secret, elastic_timeout,
                                rank_env, executable)
 
         def spark_job():
