@@ -27,7 +27,7 @@ def spark_conf():
 @pytest.fixture(scope="module")
 def spark(request, spark_master, spark_conf):
     pytest.importorskip("pyspark")
-    from support.spark import start_spark
+    from support.spark import start_spark, stop_spark
     session = start_spark(spark_master, request.module.__name__.rsplit(".", 1)[-1], spark_conf)
     yield session
-    session.stop()
+    stop_spark(session, spark_conf)

@@ -229,6 +229,6 @@ def _drive(server, secret, edriver, workers, scope, num_proc, min_num_proc, max_
         time.sleep(_POLL_S)
     if not finished:
         raise ElasticJobError("run_elastic: every rank was lost: %s" % "; ".join(lost))
-    with KVClient("127.0.0.1", server.port, secret) as client:
+    with KVClient(server.host if server.host != "0.0.0.0" else "127.0.0.1", server.port, secret) as client:
         done = sorted(finished, key=lambda w: last_rank.get(w, w))
         return [cloudpickle.loads(client.get_blob(scope, run_local_rank.result_key(w), 30.0)) for w in done]

@@ -22,3 +22,15 @@ def start_spark(master: str, app_name: str, conf=None, log_level: str = "FATAL")
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel(log_level)
     return session
+
+
+def stop_spark(session, conf=None) -> None:
+    """Stop ``session`` and forget the settings it was given: Spark leaves them behind as the JVM's
+    system properties (spark.driver.host, ...), where the next session of this process would pick
+    them up (a driver address that no longer exists, say)."""
+    from pyspark import SparkContext
+    session.stop()
+    jvm = SparkContext._jvm
+    if jvm is not None:
+        for key in conf or {}:
+            jvm.java.lang.System.clearProperty(key)
