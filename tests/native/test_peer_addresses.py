@@ -1,6 +1,6 @@
 """Which of a peer's published addresses a rank connects to (horovod_spark/common/peer_addresses.py).
 
-Only loopback here; tests/launcher/test_multihost.py covers real separate hosts with an
+Only loopback here; tests/launcher/test_multihost_ranks.py covers real separate hosts with an
 interface that reaches nothing.
 """
 import socket
