@@ -38,9 +38,14 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    # A local session: Spark need not look for a routable address (and warn that the host name
+    # resolves to loopback).
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    log_config = os.path.join(os.path.dirname(os.path.abspath(__file__)), "conf", "log4j2.properties")
 
     spark = (SparkSession.builder.master("local[%d]" % args.num_proc).appName("torch_estimator_digits")
              .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+             .config("spark.driver.extraJavaOptions", "-Dlog4j2.configurationFile=" + log_config)
              .getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     started = time.monotonic()
