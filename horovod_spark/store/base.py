@@ -48,7 +48,7 @@ class Store:
             store = HDFSStore(prefix_path, **kwargs)
         else:
             store = FsspecStore(prefix_path, **kwargs)
-        if check if check is not None else isinstance(store, LocalStore):
+        if check if check is not None else _checked_by_default(store):
             store.check_access()
         return store
 
@@ -240,3 +240,14 @@ def _delete_quietly(fs, path: str) -> None:
         fs.delete_file(path)
     except (OSError, FileNotFoundError):
         pass
+
+
+def _checked_by_default(store) -> bool:
+    """Local paths are checked when the store is created; so is DBFS where its mount exists (a
+    dbfs:/ store made elsewhere, to be used on Databricks later, is checked when a fit starts)."""
+    from horovod_spark.store.dbfs import FUSE_ROOT, DBFSLocalStore
+    from horovod_spark.store.local import LocalStore
+    if isinstance(store, DBFSLocalStore):
+        import os
+        return os.path.isdir(FUSE_ROOT)
+    return isinstance(store, LocalStore)

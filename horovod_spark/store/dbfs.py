@@ -1,6 +1,8 @@
 """DBFSLocalStore: Databricks File System through its /dbfs FUSE mount on every node."""
+import os
 import posixpath
 
+from horovod_spark.exceptions import StoreAccessError
 from horovod_spark.store.base import url_scheme
 from horovod_spark.store.local import LocalStore
 
@@ -35,3 +37,12 @@ class DBFSLocalStore(LocalStore):
     def to_spark_path(self, path: str) -> str:
         resolved = self.resolve(path)
         return "dbfs:" + (resolved[len(FUSE_ROOT):] or "/")
+
+    def check_access(self) -> None:
+        # Without the mount, creating the root would make a local /dbfs that merely looks like DBFS
+        # to everything after (Spark is still given dbfs:/ URLs, which it cannot open).
+        if not os.path.isdir(FUSE_ROOT):
+            raise StoreAccessError(
+                "store path %r is not usable: %s is not mounted on this machine (DBFS exists on Databricks "
+                "clusters)\nUse a local directory or another URL here, or run on Databricks." % (self._root, FUSE_ROOT))
+        super().check_access()

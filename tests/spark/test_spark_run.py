@@ -45,13 +45,25 @@ def _alive(pid: int) -> bool:
         return False
 
 
+_threads_before_test = set()
+
+
+@pytest.fixture(autouse=True)
+def _note_threads_before_test():
+    # Threads that live for the whole process (torch's staging worker, started by an earlier
+    # module's collectives) are not the test's to account for.
+    _threads_before_test.clear()
+    _threads_before_test.update(t.ident for t in threading.enumerate())
+
+
 def _our_threads(settle_s: float = 3.0):
-    """Our service/runner threads still alive, after giving any that are already finishing up to
-    settle_s to exit (a connection thread can be a few ms from its end when run() returns). A
-    thread that really leaked is still listed."""
+    """Our service/runner threads started since the test began and still alive, after giving any
+    that are already finishing up to settle_s to exit (a connection thread can be a few ms from its
+    end when run() returns). A thread that really leaked is still listed."""
     deadline = time.monotonic() + settle_s
     while True:
-        alive = [t.name for t in threading.enumerate() if t.name.startswith(("kv-", "hs-"))]
+        alive = [t.name for t in threading.enumerate()
+                 if t.name.startswith(("kv-", "hs-")) and t.ident not in _threads_before_test]
         if not alive or time.monotonic() >= deadline:
             return alive
         time.sleep(0.05)

@@ -206,3 +206,13 @@ def test_fsspec_paths():
     assert store.get_train_data_path("k") == "memory://bkt/root/intermediate_data/k/train"
     assert store.fs_path(store.get_train_data_path("k")) == "/bkt/root/intermediate_data/k/train"
     assert store.to_spark_path("x") == "memory://bkt/root/x"
+
+
+@pytest.mark.skipif(os.path.isdir("/dbfs"), reason="this machine has a /dbfs mount")
+def test_dbfs_store_without_the_mount_creates_nothing_and_its_check_names_the_mount():
+    from horovod_spark.exceptions import StoreAccessError
+    store = Store.create("/dbfs/ml/hs-check")
+    assert not os.path.exists("/dbfs")
+    with pytest.raises(StoreAccessError, match="/dbfs is not mounted on this machine"):
+        store.check_access()
+    assert not os.path.exists("/dbfs")

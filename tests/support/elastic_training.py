@@ -23,7 +23,7 @@ def reference_weights():
     return [p.detach().tolist() for p in model.parameters()]
 
 
-def train(victim, where, victim_step=8, commit_delay=0.0, started_file=None):
+def train(victim, where, victim_step=8, commit_delay=0.0, started_file=None, grow_to=None, grow_wait=180.0):
     import os
     import signal
     import threading
@@ -84,6 +84,12 @@ def train(victim, where, victim_step=8, commit_delay=0.0, started_file=None):
                 seen["resumed_at"] = time.time()  # the first step done after a reset
             if started_file and state.step == 4 and hvd.rank() == 0:
                 open(started_file, "w").close()  # training is under way: the test offers a slot now
+            state.commit()
+        # Training is done; a job that should grow back keeps committing (which is where a new
+        # worker is let in) until it has, however long the cluster takes to offer the slot.
+        deadline = time.time() + grow_wait
+        while grow_to and hvd.size() < grow_to and time.time() < deadline:
+            time.sleep(0.5)
             state.commit()
         return {"weights": [p.detach().tolist() for p in state.model.parameters()], "steps": state.step,
                 "sizes": state.sizes, "resets": seen["resets"], "rank": hvd.rank(), "size": hvd.size(),
