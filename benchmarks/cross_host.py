@@ -151,6 +151,9 @@ def main():
     if reason:
         sys.exit("cross_host: " + reason)
     systems = [s for s in args.systems.split(",") if s]
+    unknown = [s for s in systems if s not in SYSTEMS]
+    if unknown:
+        p.error("--systems: unknown %s (choose from %s)" % (", ".join(unknown), ",".join(SYSTEMS)))
     sizes = ",".join(str(s) for s in args.sizes)
     results, failures = [], []
     with tempfile.TemporaryDirectory(prefix="cross-host-") as tmp:
