@@ -1,0 +1,136 @@
+// Transport's set-up: the TCP links to every peer (greeted and proven with the job's token) and
+// the shared-memory rings to the peers on this host.
+#include <unistd.h>
+
+#include <string>
+#include <vector>
+
+#include "transport/channels.h"
+#include "transport/peer_handshake.h"
+#include "transport/socket_util.h"
+#include "transport/tcp_link.h"
+#include "transport/transport.h"
+
+namespace hs {
+
+void Transport::connect(const std::vector<PeerAddress>& peers, const TransportOptions& opt) {
+  opt_ = opt;
+  peers_ = peers;
+  local_index_.assign(size_, -1);
+  live_fd_.assign(size_, -1);
+  gone_.assign(size_, 0);
+  lost_errno_.assign(size_, 0);
+  peer_failure_.assign(size_, std::string());
+  data_.resize(size_);
+  ctrl_.resize(size_);
+  queues_.resize(size_);
+  // Local ranks are those sharing my host_id, indexed in global-rank order.
+  int idx = 0;
+  for (int r = 0; r < size_; ++r)
+    if (r == rank_ || (!opt.disable_shm && peers[r].host_id == peers[rank_].host_id)) local_index_[r] = idx++;
+  local_size_ = idx;
+  int same_host = 0;
+  for (int r = 0; r < size_; ++r) same_host += peers[r].host_id == peers[rank_].host_id;
+  oversubscribed_ = same_host > usable_cpus();
+  if (size_ == 1) return;
+
+  std::vector<int> data_fd(size_, -1), ctrl_fd(size_, -1);
+  auto channels_for = [&](int peer) { return is_local(peer) ? 1 : 3; };
+  auto slot_of = [&](int peer, int channel) -> int& {
+    return (channel == kLiveness ? live_fd_ : channel == kControl ? ctrl_fd : data_fd)[peer];
+  };
+
+  // Higher ranks connect to lower ones. Connects complete into the listen backlog, so every
+  // greeting goes out before any answer is awaited; a lower rank answers once it has proven
+  // itself to the ranks below it, which ends at rank 0, so the waits cannot form a cycle.
+  std::vector<OutgoingPeer> outgoing;
+  try {
+    for (int peer = 0; peer < rank_; ++peer)
+      for (int ch = 0; ch < channels_for(peer); ++ch)
+        outgoing.push_back(
+            greet_peer(peers[peer].host, peers[peer].port, rank_, peer, ch, opt.connect_timeout_ms, describe(peer)));
+    for (auto& out : outgoing) {
+      prove_to_peer(out, rank_, opt.job_token, opt.connect_timeout_ms, describe(out.peer));
+      if (out.channel == kLiveness) watch_peer_liveness(out.fd);
+      slot_of(out.peer, out.channel) = out.fd;
+      out.fd = -1;
+    }
+  } catch (...) {
+    for (auto& out : outgoing)
+      if (out.fd >= 0) ::close(out.fd);
+    throw;
+  }
+  int expected = 0;
+  for (int peer = rank_ + 1; peer < size_; ++peer) expected += channels_for(peer);
+  auto take = [&](int peer, int channel, int fd) {
+    if (channel >= channels_for(peer) || slot_of(peer, channel) >= 0) return false;
+    if (channel == kLiveness) watch_peer_liveness(fd);
+    slot_of(peer, channel) = fd;
+    return true;
+  };
+  auto missing = [&]() {
+    std::string who;
+    for (int peer = rank_ + 1; peer < size_; ++peer)
+      for (int ch = 0; ch < channels_for(peer); ++ch)
+        if (slot_of(peer, ch) < 0) {
+          who += (who.empty() ? "" : ", ") + describe(peer);
+          break;
+        }
+    return who.empty() ? std::string("no rank") : who;
+  };
+  accept_peers(listen_fd_, rank_, size_, kData + 1, opt.job_token, expected, opt.connect_timeout_ms, take, missing);
+  ::close(listen_fd_);
+  listen_fd_ = -1;
+
+  for (int peer = 0; peer < size_; ++peer) {
+    if (peer == rank_ || is_local(peer)) continue;
+    ctrl_[peer].reset(new TcpLink(ctrl_fd[peer], peer));
+    data_[peer].reset(new TcpLink(data_fd[peer], peer));
+    remote_fds_.push_back(ctrl_fd[peer]);
+    remote_fds_.push_back(data_fd[peer]);
+  }
+  if (local_size_ > 1) setup_shared_memory(peers, opt);
+}
+
+void Transport::setup_shared_memory(const std::vector<PeerAddress>& peers, const TransportOptions& opt) {
+  std::vector<int> locals;
+  for (int r = 0; r < size_; ++r)
+    if (is_local(r)) locals.push_back(r);
+  int creator = locals.front();
+  // Rings shrink as local ranks grow so the segment stays a few hundred MiB at most.
+  size_t data_bytes = opt.shm_data_ring_bytes;
+  while (data_bytes > (64 << 10) && data_bytes * local_size_ * (local_size_ - 1) > (size_t(512) << 20)) data_bytes /= 2;
+  shm_data_ring_bytes_ = data_bytes;
+  size_t ctrl_bytes = opt.shm_ctrl_ring_bytes;
+  std::string name =
+      "/hs-" + opt.job_token.substr(0, 16) + "-" + std::to_string(creator) + "-" + std::to_string(peers[creator].port);
+  if (rank_ == creator) {
+    shm_ = ShmSegment::create(name, local_size_, data_bytes, ctrl_bytes);
+    char go = 'S';
+    for (int r : locals)
+      if (r != rank_) send_all(live_fd_[r], &go, 1, opt.connect_timeout_ms, "starting shared memory");
+    for (int r : locals) {
+      if (r == rank_) continue;
+      char ack = 0;
+      recv_all(live_fd_[r], &ack, 1, opt.connect_timeout_ms, "waiting for " + describe(r) + " to attach shared memory");
+    }
+    shm_->unlink();
+  } else {
+    char go = 0;
+    recv_all(live_fd_[creator], &go, 1, opt.connect_timeout_ms,
+             "waiting for " + describe(creator) + " to create the shared memory of this host's ranks");
+    shm_ = ShmSegment::attach(name, local_size_, data_bytes, ctrl_bytes);
+    char ack = 'A';
+    send_all(live_fd_[creator], &ack, 1, opt.connect_timeout_ms, "acknowledging shared memory");
+  }
+  int me = local_index_[rank_];
+  my_bell_ = shm_->doorbell(me);
+  my_bell_->pid.store(static_cast<uint32_t>(getpid()));
+  for (int r : locals) {
+    if (r == rank_) continue;
+    data_[r].reset(new ShmLink(shm_.get(), false, me, local_index_[r]));
+    ctrl_[r].reset(new ShmLink(shm_.get(), true, me, local_index_[r]));
+  }
+}
+
+}  // namespace hs
