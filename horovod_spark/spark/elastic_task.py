@@ -13,9 +13,8 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
 from horovod_spark.common import config, elastic_rendezvous
-from horovod_spark.common.kv_client import KVClient
 
-from .task import _DROP_ENV
+from .task import _DROP_ENV, connect_to_driver
 
 OP_REGISTER = "elastic_register"
 OP_EXIT = "elastic_exit"
@@ -33,18 +32,7 @@ class ElasticTaskSpec:
 
 
 def _connect(spec: ElasticTaskSpec):
-    errors = []
-    for addr in spec.driver_addrs:
-        client = KVClient(addr, spec.port, spec.key)
-        try:
-            client.request("ping")
-            return client, addr
-        except (OSError, TimeoutError) as exc:
-            client.close()
-            errors.append("%s:%d (%s)" % (addr, spec.port, exc))
-    raise ConnectionError("this executor (%s) cannot reach the run_elastic driver at any of: %s; set "
-                          "HOROVOD_SPARK_DRIVER_HOST on the driver to an address executors can reach"
-                          % (socket.gethostname(), "; ".join(errors)))
+    return connect_to_driver(spec.driver_addrs, spec.port, spec.key, "run_elastic driver")
 
 
 def _rank_env(spec: ElasticTaskSpec, addr: str, worker: int) -> Dict[str, str]:

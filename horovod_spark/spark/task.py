@@ -53,19 +53,27 @@ class TaskSpec:
 
 
 def _connect(spec: TaskSpec, io_timeout: float = wire.DEFAULT_IO_TIMEOUT):
+    return connect_to_driver(spec.driver_addrs, spec.port, spec.key, "horovod_spark driver service",
+                             io_timeout=io_timeout, tls=spec.tls)
+
+
+def connect_to_driver(addrs, port: int, key: bytes, service: str, io_timeout: float = wire.DEFAULT_IO_TIMEOUT,
+                      tls=None):
+    """(client, address) of the first of the driver's ``addrs`` that answers a ping on ``port``; a
+    ConnectionError naming ``service`` and every address tried when none does."""
     errors = []
-    for addr in spec.driver_addrs:
-        client = KVClient(addr, spec.port, spec.key, io_timeout=io_timeout, tls=spec.tls)
+    for addr in addrs:
+        client = KVClient(addr, port, key, io_timeout=io_timeout, tls=tls)
         try:
             client.request("ping")
             return client, addr
         except (OSError, TimeoutError) as exc:
             client.close()
-            errors.append("%s:%d (%s)" % (addr, spec.port, exc))
-    raise ConnectionError("this executor (%s) cannot reach the horovod_spark driver service at any "
-                          "of: %s. Executors must be able to open TCP connections to the driver "
-                          "(spark.driver.host); set HOROVOD_SPARK_DRIVER_HOST on the driver to an "
-                          "address they can reach." % (socket.gethostname(), "; ".join(errors)))
+            errors.append("%s:%d (%s)" % (addr, port, exc))
+    raise ConnectionError("this executor (%s) cannot reach the %s at any of: %s. Executors must be able "
+                          "to open TCP connections to the driver (spark.driver.host); set "
+                          "HOROVOD_SPARK_DRIVER_HOST on the driver to an address they can reach."
+                          % (socket.gethostname(), service, "; ".join(errors)))
 
 
 def _local_address(addr: str, port: int) -> str:
