@@ -15,6 +15,7 @@ from horovod_spark.exceptions import HorovodSparkError
 
 _LOCAL = re.compile(r"^local(?:\[(\*|\d+)(?:\s*,\s*\d+)?\])?$")
 _LOCAL_CLUSTER = re.compile(r"^local-cluster\[\s*(\d+)\s*,\s*(\d+)\s*,\s*(\d+)\s*\]$")
+_SETTLE_S = 1.0
 
 
 def check_num_proc(num_proc, default: int) -> int:
@@ -105,8 +106,10 @@ def _jvm_slots(sc) -> Optional[int]:
 
 
 def _executor_count(sc) -> int:
-    # getExecutorInfos lists the driver too.
-    return max(0, len(sc._jsc.sc().statusTracker().getExecutorInfos()) - 1)
+    try:  # the scheduler backend's own table, the one maxNumConcurrentTasks reads
+        return int(sc._jsc.sc().getExecutorIds().size())
+    except Exception:  # getExecutorInfos comes from the listener bus and lists the driver too
+        return max(0, len(sc._jsc.sc().statusTracker().getExecutorInfos()) - 1)
 
 
 def _busy_slots(sc) -> int:
@@ -126,14 +129,22 @@ def available_slots(sc, num_proc: int, wait_s: float) -> int:
     # (local-cluster: until all its workers' executors are up; a real cluster: until enough slots).
     expected = _expected_executors(master)
     deadline = time.monotonic() + wait_s
+    settled_since, last = None, None
     while True:
         slots = _jvm_slots(sc)
         if slots is None:
             return static if static is not None else sc.defaultParallelism // task_cpus
-        ready = _executor_count(sc) >= expected if expected is not None else slots >= num_proc
-        if ready:
+        if slots >= num_proc:
             return slots
-        if time.monotonic() >= deadline:
+        now = time.monotonic()
+        if slots != last:
+            settled_since, last = now, slots
+        # All of local-cluster's executors listed, yet too few slots: a real shortage (GPUs per
+        # task) once the count stops changing; the listing can run ahead of the scheduler's own
+        # registration, so one look is not enough.
+        if expected is not None and _executor_count(sc) >= expected and now - settled_since >= _SETTLE_S:
+            return slots
+        if now >= deadline:
             return static if static is not None else slots
         time.sleep(0.2)
 
