@@ -311,6 +311,11 @@ HIERARCHICAL_ALLGATHER = _define("HOROVOD_HIERARCHICAL_ALLGATHER", CORE_SWITCH, 
 SPARK_START_TIMEOUT = _define("HOROVOD_SPARK_START_TIMEOUT", seconds(0, above=True, example="600"), 600.0,
                               "horovod_spark.run's start_timeout when the argument is not given: how long every "
                               "rank's task may take to start and register.")
+SPARK_ELASTIC_HEARTBEAT_TIMEOUT = _define(
+    "HOROVOD_SPARK_ELASTIC_HEARTBEAT_TIMEOUT_SECONDS", seconds(1, above=True, example="10"), 4.0,
+    "horovod_spark.run_elastic: how long a rank's task may be silent (it sends a heartbeat every second) before "
+    "the driver counts the rank as lost and the others re-form the job. Longer rides out executors that pause "
+    "(long garbage collections, overloaded hosts); shorter notices a lost executor sooner.")
 SPARK_DRIVER_HOST = _define("HOROVOD_SPARK_DRIVER_HOST", text("a host name or IP address"), None,
                             "The address executors use to reach the driver's service.",
                             default_text="spark.driver.host")

@@ -3,10 +3,12 @@
 A barrier stage cannot lose a task without failing whole, so ``run_elastic`` submits one job of
 ``num_proc`` ordinary tasks. Each task registers with the driver as a worker and runs one rank
 process (``elastic_task.py``). The driver cannot see the executors' processes, so ranks send a
-heartbeat; a member silent for ``_LOST_AFTER_S``, or whose task reported a non-zero exit without an
-error from fn, is lost, and the survivors re-form the job (``launcher/elastic_driver.py``). When
-an executor dies Spark reschedules its task on another executor; that attempt registers as a new
-worker, and the job grows back (up to ``max_num_proc``) at the ranks' next commit.
+heartbeat; a member silent for HOROVOD_SPARK_ELASTIC_HEARTBEAT_TIMEOUT_SECONDS, or whose task
+reported a non-zero exit without an error from fn, is lost, and the survivors re-form the job
+(``launcher/elastic_driver.py``). When an executor dies Spark reschedules its task on another
+executor; that attempt registers as a new worker, and the job grows back (up to ``max_num_proc``)
+at the ranks' next commit. The ranks' output reaches the driver as ``run()``'s does
+(``elastic_output.py``).
 """
 import functools
 import logging
@@ -26,14 +28,19 @@ from horovod_spark.launcher.elastic_job import _check_sizes
 
 from . import driver as _driver
 from .driver_service import start_listening
+from .elastic_output import DriverOutput
 from .elastic_task import OP_EXIT, OP_REGISTER, ElasticTaskSpec, run_elastic_task
+from .output import OutputSink
 
 log = logging.getLogger(__name__)
 
-_LOST_AFTER_S = 4.0
 # How long the cancelled Spark job gets to wind down before run_elastic returns anyway.
 _JOB_JOIN_S = 8.0
 _POLL_S = 0.1
+# The ranks wait this much longer than the driver for the job to re-form: the driver, which sees a
+# loss only after the heartbeat timeout, decides that the job cannot go on and tells the waiting
+# ranks why (which ranks were lost), rather than a survivor giving up first with less to say.
+_RANK_WAIT_MARGIN_S = 10.0
 
 
 class _Workers:
@@ -75,8 +82,9 @@ class _Workers:
 def run_elastic(fn: Callable, args=(), kwargs: Optional[dict] = None, num_proc: Optional[int] = None,
                 min_num_proc: Optional[int] = None, max_num_proc: Optional[int] = None,
                 start_timeout: Optional[float] = None, elastic_timeout: Optional[float] = None,
-                reset_limit: Optional[int] = None, env: Optional[Dict[str, str]] = None, verbose: int = 1,
-                nics=None, min_np: Optional[int] = None, max_np: Optional[int] = None,
+                reset_limit: Optional[int] = None, env: Optional[Dict[str, str]] = None, stdout=None, stderr=None,
+                verbose: int = 1, nics=None, prefix_output_with_timestamp: bool = False,
+                min_np: Optional[int] = None, max_np: Optional[int] = None,
                 executable: Optional[str] = None) -> List[Any]:
     """Run ``fn(*args, **kwargs)`` as an elastic job of ``num_proc`` ranks on Spark tasks and return the
     results of the ranks that finished, by rank. ``fn`` calls ``hvd.init()`` and a function decorated
@@ -87,9 +95,14 @@ def run_elastic(fn: Callable, args=(), kwargs: Optional[dict] = None, num_proc: 
     HOROVOD_ELASTIC_TIMEOUT): how long a reset may wait for enough ranks; ``start_timeout`` (default
     HOROVOD_SPARK_START_TIMEOUT): how long to wait for the first ``num_proc`` tasks. ``nics``: the
     network interfaces the ranks use (as ``run``'s); ``min_np``/``max_np``: Horovod's older names of
-    ``min_num_proc``/``max_num_proc``. The ranks' output goes to the executors' logs."""
+    ``min_num_proc``/``max_num_proc``. Each rank's stdout/stderr lines are printed on the driver as
+    they come, prefixed ``[worker]<stdout>:`` (to ``stdout``/``stderr`` if given, timestamped with
+    ``prefix_output_with_timestamp``); ``verbose=0`` leaves out the driver's own lines about lost
+    and joined workers."""
     import cloudpickle
 
+    # Read before anything starts, so a bad value fails here rather than in a running job.
+    lost_after = config.SPARK_ELASTIC_HEARTBEAT_TIMEOUT.get()
     sc = _driver._spark_context()
     min_num_proc = min_np if min_num_proc is None else min_num_proc
     max_num_proc = max_np if max_num_proc is None else max_num_proc
@@ -110,6 +123,8 @@ def run_elastic(fn: Callable, args=(), kwargs: Optional[dict] = None, num_proc: 
                              sc.getConf().get("spark.driver.bindAddress"), addrs)
     port = server.port
     edriver = ElasticDriver(server)
+    sink = OutputSink(stdout, stderr, prefix_output_with_timestamp)
+    DriverOutput(server, sink)
     # Every task attempt Spark may make (spark.task.maxFailures per partition) can become a worker.
     workers = _Workers(server, num_proc * max(1, int(sc.getConf().get("spark.task.maxFailures", "4"))))
     group = "horovod_spark.run_elastic." + job_id
@@ -120,7 +135,7 @@ def run_elastic(fn: Callable, args=(), kwargs: Optional[dict] = None, num_proc: 
         server.put(scope, run_local_rank.SYS_PATH_KEY, wire.encode_message([p for p in sys.path if p]))
         payload = source_pickle.dumps((fn, tuple(args), dict(kwargs or {})))
         _put_blob(server, scope, run_local_rank.FN_KEY, payload)
-        spec = ElasticTaskSpec(job_id, addrs, port, secret, elastic_timeout,
+        spec = ElasticTaskSpec(job_id, addrs, port, secret, elastic_timeout + lost_after + _RANK_WAIT_MARGIN_S,
                                rank_env, executable)
 
         def spark_job():
@@ -133,8 +148,9 @@ def run_elastic(fn: Callable, args=(), kwargs: Optional[dict] = None, num_proc: 
 
         thread = threading.Thread(target=spark_job, name="run_elastic-job", daemon=True)
         thread.start()
+        say = sink.runner_message if verbose else (lambda text: None)
         return _drive(server, secret, edriver, workers, scope, num_proc, min_num_proc, max_num_proc, reset_limit,
-                      start_timeout, elastic_timeout, outcome, verbose, cloudpickle)
+                      start_timeout, elastic_timeout, outcome, say, lost_after, cloudpickle)
     except ElasticJobError as exc:
         edriver.fail(str(exc))
         raise
@@ -148,6 +164,7 @@ def run_elastic(fn: Callable, args=(), kwargs: Optional[dict] = None, num_proc: 
         if thread is not None:
             thread.join(_JOB_JOIN_S)  # the cancelled job's tasks end their rank processes
         server.stop()
+        sink.close()
 
 
 def _put_blob(server, scope, key, data):
@@ -159,7 +176,7 @@ def _put_blob(server, scope, key, data):
 
 
 def _drive(server, secret, edriver, workers, scope, num_proc, min_num_proc, max_num_proc, reset_limit, start_timeout,
-           elastic_timeout, outcome, verbose, cloudpickle):
+           elastic_timeout, outcome, say, lost_after, cloudpickle):
     running: List[int] = []
     finished: List[int] = []
     lost: List[str] = []
@@ -169,9 +186,8 @@ def _drive(server, secret, edriver, workers, scope, num_proc, min_num_proc, max_
     def form(cause):
         generation = edriver.form(running)
         last_rank.update({w: r for r, w in enumerate(running)})
-        if cause and verbose:
-            print("[horovod_spark] run_elastic: %s; generation %d has %d rank(s)" % (cause, generation, len(running)),
-                  file=sys.stderr, flush=True)
+        if cause:
+            say("run_elastic: %s; generation %d has %d rank(s)" % (cause, generation, len(running)))
 
     deadline = time.monotonic() + start_timeout
     while len(running) < num_proc:
@@ -195,7 +211,7 @@ def _drive(server, secret, edriver, workers, scope, num_proc, min_num_proc, max_
                 running.remove(worker)
                 finished.append(worker)
                 continue
-            if code is None and silent < _LOST_AFTER_S:
+            if code is None and silent < lost_after:
                 continue
             error = server.get_nowait(scope, run_local_rank.error_key(worker))
             if error is not None:
@@ -214,8 +230,9 @@ def _drive(server, secret, edriver, workers, scope, num_proc, min_num_proc, max_
             else:
                 running.append(worker)
                 changed.append("worker %d joined" % worker)
-        if running and len(running) < min_num_proc:
-            # The survivors wait in hvd.init() until enough tasks join, or the job fails.
+        if running and len(running) < min_num_proc and not finished:
+            # The survivors wait in hvd.init() until enough tasks join, or the job fails. (Ranks
+            # that finished leave fewer running without a loss: the job is ending, not waiting.)
             if time.monotonic() >= wait_for_slots_until:
                 raise ElasticJobError("run_elastic lost %s; %d rank(s) remain, fewer than min_num_proc=%d, and "
                                       "no task joined within elastic_timeout=%.0f s"
@@ -228,7 +245,13 @@ def _drive(server, secret, edriver, workers, scope, num_proc, min_num_proc, max_
             form(", ".join(changed))
         time.sleep(_POLL_S)
     if not finished:
-        raise ElasticJobError("run_elastic: every rank was lost: %s" % "; ".join(lost))
+        spark_error = "; the Spark job failed: %s" % _without_java_stack(outcome["error"]) if "error" in outcome else ""
+        raise ElasticJobError("run_elastic: every rank was lost: %s%s" % ("; ".join(lost), spark_error))
     with KVClient(server.host if server.host != "0.0.0.0" else "127.0.0.1", server.port, secret) as client:
         done = sorted(finished, key=lambda w: last_rank.get(w, w))
         return [cloudpickle.loads(client.get_blob(scope, run_local_rank.result_key(w), 30.0)) for w in done]
+
+
+def _without_java_stack(exc) -> str:
+    """A Spark job's error without the JVM's stack trace, which says nothing to the user here."""
+    return " ".join(line.strip() for line in str(exc).splitlines() if not line.lstrip().startswith("at "))[:2000]

@@ -1,9 +1,10 @@
 """The body of each task of ``run_elastic``, run inside Spark's Python worker on an executor.
 
 register with the driver as a new worker -> start the rank process (``run_local_rank`` with the
-elastic environment) under a supervisor that SIGKILLs it if this worker dies -> wait for it ->
-report its exit code. Unlike ``run``'s barrier tasks these are ordinary tasks: Spark reschedules
-one whose executor was lost, and its new attempt registers as a new worker.
+elastic environment) under a supervisor that SIGKILLs it if this worker dies -> wait for it, sending
+heartbeats and the rank's output to the driver -> report its exit code. Unlike ``run``'s barrier
+tasks these are ordinary tasks: Spark reschedules one whose executor was lost, and its new attempt
+registers as a new worker.
 """
 import os
 import socket
@@ -14,6 +15,7 @@ from typing import Dict, List, Optional
 
 from horovod_spark.common import config, elastic_rendezvous
 
+from .elastic_output import TaskOutput
 from .task import _DROP_ENV, connect_to_driver
 
 OP_REGISTER = "elastic_register"
@@ -69,8 +71,9 @@ def run_elastic_task(spec: ElasticTaskSpec, _iterator):
             return []  # the job is full or finishing
         python = spec.executable or sys.executable
         argv = [python, "-m", "horovod_spark.launcher.run_local_rank"]
-        supervisor = RankSupervisor([argv], [_rank_env(spec, addr, worker)],
-                                    first_label=worker)
+        output = TaskOutput()
+        supervisor = RankSupervisor([argv], [_rank_env(spec, addr, worker)], first_label=worker,
+                                    stdout=output.stdout, stderr=output.stderr, prefix_output=False)
         failure = None
         try:
             supervisor.start()
@@ -87,9 +90,11 @@ def run_elastic_task(spec: ElasticTaskSpec, _iterator):
                         client.request(elastic_rendezvous.OP_ALIVE, worker)
                     except (OSError, TimeoutError):
                         pass  # the next beat tries again; the driver decides when silence means lost
+                output.ship(client, worker)
                 time.sleep(0.05)
         finally:
             supervisor.stop()
+        output.ship(client, worker)  # the last lines, drained by stop(), before the driver hears of the exit
         returncode = failure.returncode if failure is not None else 0
         client.request(OP_EXIT, worker, returncode)
     return [(worker, returncode)]

@@ -48,12 +48,6 @@ MISSING = {
 # (Horovod module, name) -> {Horovod parameter: why horovod_spark's does not take it}; "(order)" when the
 # parameters a call may pass by position differ.
 SIGNATURE_GAPS = {
-    ("horovod.spark", "run_elastic"): {
-        "stdout": "the ranks of run_elastic run in ordinary Spark tasks and write to the executors' logs",
-        "stderr": "the ranks of run_elastic run in ordinary Spark tasks and write to the executors' logs",
-        "prefix_output_with_timestamp": "the ranks' output goes to the executors' logs, which Spark timestamps",
-        "(order)": "after reset_limit, pass the arguments by keyword (env=, verbose=, nics=, min_np=, max_np=)",
-    },
     ("horovod.spark.common.store", "HDFSStore"): {
         "host": "put the namenode in the URL: HDFSStore('hdfs://namenode:8020/path')",
         "driver": "pyarrow has one HDFS driver, libhdfs (Horovod's 'libhdfs3' went with pyarrow 0.17)",
