@@ -1,0 +1,99 @@
+"""Killing a Spark executor's JVM from the test's driver, as a spot reclaim or a node failure would:
+a rank writes its executor JVM's pid to a file; a thread of the test SIGKILLs that pid once the
+rank says training is under way."""
+import os
+import threading
+import time
+
+
+def executor_jvm_pid() -> int:
+    """The pid of the executor JVM this rank runs under: rank -> Python worker -> daemon -> JVM."""
+    pid = os.getpid()
+    for _ in range(6):
+        with open("/proc/%d/stat" % pid) as f:
+            pid = int(f.read().rsplit(")", 1)[1].split()[1])
+        with open("/proc/%d/cmdline" % pid, "rb") as f:
+            if b"CoarseGrainedExecutorBackend" in f.read():
+                return pid
+    raise RuntimeError("no executor JVM above pid %d" % os.getpid())
+
+
+def write_executor_pid(pid_file: str) -> None:
+    with open(pid_file + ".tmp", "w") as f:
+        f.write(str(executor_jvm_pid()))
+    os.rename(pid_file + ".tmp", pid_file)
+
+
+def kill_when_ready(pid_file: str, ready_file: str, timeout: float = 200.0, no_replacements=None) -> dict:
+    """Start a thread that SIGKILLs the pid in ``pid_file`` once it and ``ready_file`` exist; the
+    returned dict gets the wall time of the kill under "at". ``no_replacements``: a
+    ``NoReplacements``, entered just before the kill (the caller exits it)."""
+    killed = {}
+
+    def killer():
+        deadline = time.monotonic() + timeout
+        while not (os.path.exists(pid_file) and os.path.exists(ready_file)):
+            if time.monotonic() >= deadline:
+                return
+            time.sleep(0.05)
+        if no_replacements is not None:
+            no_replacements.__enter__()
+        killed["at"] = time.time()
+        os.kill(int(open(pid_file).read()), 9)
+
+    threading.Thread(target=killer, daemon=True).start()
+    return killed
+
+
+def _executor_jvms(driver_port: str) -> set:
+    """The pids of the executor JVMs of the driver on ``driver_port`` (spark.driver.port): other
+    applications' are never touched."""
+    port_suffix = b":" + driver_port.encode()
+    found = set()
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open("/proc/%s/cmdline" % name, "rb") as f:
+                    argv = f.read().split(b"\0")
+            except OSError:
+                continue
+            if b"org.apache.spark.executor.CoarseGrainedExecutorBackend" in argv and any(
+                    a.startswith(b"spark://CoarseGrainedScheduler@") and a.endswith(port_suffix) for a in argv):
+                found.add(int(name))
+    return found
+
+
+class NoReplacements:
+    """While in use, every executor JVM of the driver on ``driver_port`` that the cluster starts
+    is stopped (SIGSTOP) before it can register: the cluster has no room to replace a lost
+    executor, as when a node is gone for good. On exit the stopped JVMs are killed and the cluster
+    starts working ones again."""
+
+    def __init__(self, driver_port: str):
+        self._driver_port = driver_port
+        self._known = set()
+        self._stopped = set()
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+
+    def _watch(self):
+        while not self._done.is_set():
+            for pid in _executor_jvms(self._driver_port) - self._known - self._stopped:
+                os.kill(pid, 19)  # SIGSTOP
+                self._stopped.add(pid)
+            time.sleep(0.02)
+
+    def __enter__(self):
+        self._known = _executor_jvms(self._driver_port)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._done.set()
+        if self._thread.ident is not None:
+            self._thread.join(5)
+        for pid in self._stopped:
+            try:
+                os.kill(pid, 9)
+            except ProcessLookupError:
+                pass
