@@ -16,6 +16,7 @@ import functools
 
 from horovod_spark.common.elastic import State, reset_core, run_fn
 from horovod_spark.exceptions import HorovodInternalError, HostsUpdatedInterrupt
+from horovod_spark.torch.elastic.sampler import ElasticSampler
 from horovod_spark.torch.elastic.state import ObjectState, TorchState
 
 
@@ -27,4 +28,5 @@ def run(func):
     return run_fn(func, functools.partial(reset_core, shutdown=shutdown, init=init))
 
 
-__all__ = ["run", "State", "ObjectState", "TorchState", "HorovodInternalError", "HostsUpdatedInterrupt"]
+__all__ = ["run", "State", "ObjectState", "TorchState", "ElasticSampler", "HorovodInternalError",
+           "HostsUpdatedInterrupt"]
