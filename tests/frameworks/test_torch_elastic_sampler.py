@@ -100,9 +100,10 @@ def test_the_sampler_on_three_ranks():
 DATASET, BATCH, EPOCHS = 96, 4, 2
 
 
-def _train_with_sampler(victim, victim_epoch, victim_batch):
+def _train_with_sampler(victim, victim_epoch, victim_batch, grow_file=None):
     import os
     import signal
+    import time
 
     import torch
 
@@ -130,6 +131,13 @@ def _train_with_sampler(victim, victim_epoch, victim_batch):
                     state.commit()
                 if worker == victim and state.epoch == victim_epoch and batch_idx == victim_batch:
                     os.kill(os.getpid(), signal.SIGKILL)
+                if grow_file and state.epoch == 0 and batch_idx == 4 and hvd.size() == 2:
+                    # offer a third slot and commit until the new rank is in (the commit raises then)
+                    open(grow_file, "w").close()
+                    deadline = time.time() + 120
+                    while time.time() < deadline:
+                        time.sleep(0.2)
+                        state.commit()
                 opt.zero_grad()
                 model(x).sum().backward()
                 opt.step()
@@ -158,3 +166,19 @@ def test_a_rank_killed_mid_epoch_leaves_no_sample_skipped_or_repeated(victim_epo
     # the reset happened mid-epoch: some steps of the victim's epoch ran with 3 ranks, the rest with 2
     steps = [len(batch) for e, batch in results[0]["trained"] if e == victim_epoch]
     assert 3 * BATCH in steps and 2 * BATCH in steps, steps
+
+
+def test_a_rank_added_mid_epoch_takes_a_share_of_what_is_left(tmp_path):
+    import os
+    grow_file = str(tmp_path / "grow")
+    results = run_elastic_local(_train_with_sampler, args=(-1, -1, -1, grow_file), num_proc=2, max_num_proc=3,
+                                discover_slots=lambda: 3 if os.path.exists(grow_file) else 2, timeout=240)
+    assert len(results) == 3 and all(r["size"] == 3 for r in results), results
+    trained = results[0]["trained"]
+    assert all(r["trained"] == trained for r in results)
+    # epoch 0: 4 steps of 2 ranks (32 samples), then 64 left over 3 ranks, padded to 66
+    epoch_0 = [i for e, batch in trained if e == 0 for i in batch]
+    assert [len(b) for e, b in trained if e == 0][:5] == [2 * BATCH] * 4 + [3 * BATCH], trained
+    assert sorted(set(epoch_0)) == list(range(DATASET)) and len(epoch_0) == DATASET + 2, epoch_0
+    epoch_1 = sorted(i for e, batch in trained if e == 1 for i in batch)
+    assert epoch_1 == list(range(DATASET))
