@@ -77,11 +77,14 @@ class TaskOutput:
                 batch.append(chunk)
             return batch
 
-    def ship(self, client, worker: int) -> bool:
-        """Send everything written so far; False (keeping what was not sent) when the driver did
-        not answer, so the next call tries again. Each batch has a sequence number, so a batch the
-        driver received before its reply was lost is not printed twice."""
-        while True:
+    def ship(self, client, worker: int, max_batches: Optional[int] = 16) -> bool:
+        """Send what was written so far, in up to ``max_batches`` requests (None: all; a rank that
+        writes without pause must not keep its task's loop from its heartbeat). False, keeping what
+        was not sent, when the driver did not answer, so the next call tries again. Each batch has a
+        sequence number, so a batch the driver received before its reply was lost is not printed
+        twice."""
+        sent = 0
+        while max_batches is None or sent < max_batches:
             batch = self._unsent if self._unsent is not None else self._next_batch()
             if not batch:
                 return True
@@ -92,6 +95,8 @@ class TaskOutput:
                 return False
             self._unsent = None
             self._seq += 1
+            sent += 1
+        return True
 
 
 class DriverOutput:

@@ -94,7 +94,7 @@ def run_elastic_task(spec: ElasticTaskSpec, _iterator):
                 time.sleep(0.05)
         finally:
             supervisor.stop()
-        output.ship(client, worker)  # the last lines, drained by stop(), before the driver hears of the exit
+        output.ship(client, worker, None)  # the last lines, drained by stop(), before the driver hears of the exit
         returncode = failure.returncode if failure is not None else 0
         client.request(OP_EXIT, worker, returncode)
     return [(worker, returncode)]

@@ -65,3 +65,18 @@ def test_output_kept_while_the_driver_is_unreachable_is_sent_later_in_order():
         unreachable.close()
         client.close()
         server.stop()
+
+
+def test_a_rank_that_writes_without_pause_leaves_room_for_the_heartbeat():
+    server, client, out, _ = _service()
+    try:
+        output = TaskOutput()
+        for i in range(40):
+            output.stdout.write("%d %s\n" % (i, "x" * 100_000))  # 40 batches of ~100 kB each at most
+        assert output.ship(client, 0, max_batches=3)
+        assert len(out.getvalue().splitlines()) < 40
+        assert output.ship(client, 0, None)
+        assert [line.split()[0] for line in out.getvalue().splitlines()] == ["[0]<stdout>:%d" % i for i in range(40)]
+    finally:
+        client.close()
+        server.stop()
