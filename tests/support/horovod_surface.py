@@ -39,8 +39,6 @@ MISSING = {
         "first step, or use hvd.callbacks.BroadcastGlobalVariablesCallback with Keras",
     ("horovod.tensorflow", "LocalGradientAggregationHelper"): "an internal helper of Horovod's optimizer; pass "
         "backward_passes_per_step= to DistributedOptimizer / DistributedGradientTape instead",
-    ("horovod.tensorflow", "SyncBatchNormalization"): "not implemented for TensorFlow (horovod_spark.torch."
-        "SyncBatchNorm exists for PyTorch); use keras.layers.BatchNormalization, which normalizes per rank",
     ("horovod.spark.common.store", "AbstractFilesystemStore"): "Horovod's base class of its stores; subclass "
         "horovod_spark.store.Store (a pyarrow filesystem and a root) for a store of your own",
 }
