@@ -178,6 +178,7 @@ def _bad_cases(store):
         (dict(loss_constructors=[torch.nn.MSELoss]), "loss and loss_constructors are both set"),
         (dict(loss=None, loss_constructors=["mse"]), "loss_constructors must be functions"),
         (dict(train_minibatch_fn="step"), "train_minibatch_fn must be a function"),
+        (dict(train_minibatch_fn=lambda model, optimizer: None), r"train_minibatch_fn takes 2 positional argument"),
         (dict(shuffle=100, shuffle_buffer_size=10), "both give the shuffle buffer size: pass one"),
         (dict(shuffle_buffer_size=-1), "shuffle_buffer_size=-1"),
         (dict(partitions_per_process=0), "partitions_per_process must be a positive integer"),
