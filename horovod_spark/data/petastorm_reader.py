@@ -34,14 +34,15 @@ _iterator_ids = itertools.count()
 class PetastormReader(Reader):
     """Reads this rank's Petastorm shard of the Parquet under ``path`` in ``store``.
 
-    Options as ArrowReader's, plus: ``read_threads`` is the size of Petastorm's thread pool;
-    ``results_queue_size`` how many decoded row groups it may hold ahead."""
+    Options as ArrowReader's, plus: ``read_threads`` is the size of Petastorm's worker pool,
+    ``reader_pool_type`` its kind ('thread', 'process' or 'dummy'); ``results_queue_size`` how many
+    decoded row groups it may hold ahead."""
 
     def __init__(self, store, path: str, *, batch_size: int, rank: int = 0, num_ranks: int = 1,
                  columns: Optional[Sequence[str]] = None, shuffle: bool = True, seed: int = 0,
                  shuffle_buffer_rows: Optional[int] = None, steps_per_epoch: Optional[int] = None,
                  transformation_fn: Optional[Callable[[dict], object]] = None, prefetch_batches: int = 4,
-                 read_threads: int = 4, results_queue_size: int = 4):
+                 read_threads: int = 4, results_queue_size: int = 4, reader_pool_type: str = "thread"):
         self._make_batch_reader = petastorm_support.require_petastorm().make_batch_reader
         # Petastorm 0.12 drives pyarrow 14's legacy ParquetDataset, which warns on every reader
         # (from its worker threads too); they are Petastorm's to fix and say nothing to our users.
@@ -50,6 +51,9 @@ class PetastormReader(Reader):
             raise ValueError("batch_size must be >= 1, got %r" % (batch_size,))
         if not 0 <= rank < num_ranks:
             raise ValueError("rank %r is not in [0, %r)" % (rank, num_ranks))
+        if reader_pool_type not in ("thread", "process", "dummy"):
+            raise ValueError("reader_pool_type=%r: Petastorm's pools are 'thread', 'process' and 'dummy'"
+                             % (reader_pool_type,))
         if read_threads < 1:
             raise ValueError("read_threads must be >= 1 for Petastorm's thread pool, got %r" % (read_threads,))
         self.store, self.path = store, path
@@ -57,7 +61,7 @@ class PetastormReader(Reader):
         self.shuffle, self.seed = shuffle, seed
         self.transformation_fn = transformation_fn
         self.prefetch_batches, self.read_threads = prefetch_batches, read_threads
-        self.results_queue_size = results_queue_size
+        self.results_queue_size, self.reader_pool_type = results_queue_size, reader_pool_type
         self.stats = ReaderStats()
         self.url = petastorm_support.dataset_url(store, path)
 
@@ -130,8 +134,9 @@ class PetastormReader(Reader):
         """Up to ``limit`` rows of one pass over the shard. A pass gets a reader of its own (one
         epoch of Petastorm's): with one reader over several epochs, its threads would mix rows of
         the next pass into this one."""
-        options = dict(schema_fields=self._patterns, reader_pool_type="thread", workers_count=self.read_threads,
-                       results_queue_size=self.results_queue_size, shuffle_row_groups=self.shuffle, num_epochs=1,
+        options = dict(schema_fields=self._patterns, reader_pool_type=self.reader_pool_type,
+                       workers_count=self.read_threads, results_queue_size=self.results_queue_size,
+                       shuffle_row_groups=self.shuffle, num_epochs=1,
                        storage_options=petastorm_support.storage_options(self.store))
         if self.shuffle:
             options["seed"] = int(np.random.SeedSequence([self.seed, epoch, shard_pass]).generate_state(1)[0])

@@ -2,7 +2,7 @@
 from pyspark import keyword_only
 
 from . import keras_inference, keras_io
-from .common.model import HorovodModel
+from .common.model import HorovodModel, model_params
 from .common.params import _param, with_accessors
 
 
@@ -15,7 +15,8 @@ class KerasModel(HorovodModel):
     ``getModel()`` is the trained ``keras.Model`` (compiled as it was trained when it comes from a
     KerasEstimator, with a fresh optimizer); ``getHistory()`` the per-epoch metrics.
     ``model.write().overwrite().save(path)`` / ``KerasModel.load(path)``: the saved model carries its
-    ``custom_objects``, so loading needs nothing but the path.
+    ``custom_objects``, so loading needs nothing but the path. ``feature_columns=`` / ``label_columns=``
+    (Horovod's names) set ``feature_cols`` / ``label_cols``.
     """
     framework = "keras"
     _loader = staticmethod(keras_inference.load_model)
@@ -26,15 +27,17 @@ class KerasModel(HorovodModel):
 
     @keyword_only
     def __init__(self, *, model=None, feature_cols=None, label_cols=None, output_cols=None, input_shapes=None,
-                 history=None, output_shapes=None, run_id=None, custom_objects=None):
+                 history=None, output_shapes=None, run_id=None, custom_objects=None,
+                 feature_columns=None, label_columns=None):
         super().__init__()
         self._setDefault(custom_objects={})
-        self._set(**{k: v for k, v in self._input_kwargs.items() if v is not None})
+        self._set(**model_params(type(self).__name__, self._input_kwargs))
 
     @keyword_only
     def setParams(self, *, model=None, feature_cols=None, label_cols=None, output_cols=None, input_shapes=None,
-                  history=None, output_shapes=None, run_id=None, custom_objects=None):
-        return self._set(**{k: v for k, v in self._input_kwargs.items() if v is not None})
+                  history=None, output_shapes=None, run_id=None, custom_objects=None,
+                  feature_columns=None, label_columns=None):
+        return self._set(**model_params(type(self).__name__, self._input_kwargs))
 
     def model_bytes(self) -> bytes:
         model = self.getOrDefault("model")

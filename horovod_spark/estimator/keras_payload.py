@@ -76,7 +76,13 @@ def compile_args(est, model) -> CompileArgs:
             raise ValueError("metrics: %r is neither a Keras metric name, a keras.metrics.Metric nor a function"
                              % (metric,))
     extra = {k: compiled[k] for k in ("run_eagerly", "steps_per_execution") if compiled.get(k) is not None}
-    return CompileArgs(type(optimizer), optimizer.get_config(), loss, metrics, compiled.get("loss_weights"),
+    # Horovod's loss_weights (one per label column, so per model output) as Keras' compile() takes them.
+    loss_weights = get("loss_weights")
+    if loss_weights is None:
+        loss_weights = compiled.get("loss_weights")
+    elif isinstance(loss_weights, (list, tuple)):
+        loss_weights = list(loss_weights)
+    return CompileArgs(type(optimizer), optimizer.get_config(), loss, metrics, loss_weights,
                        compiled.get("weighted_metrics"), extra)
 
 
@@ -152,6 +158,8 @@ def check_and_pack(est, cfg):
     import keras
     model, custom_objects, data = check_model(est)
     args = compile_args(est, model)
+    if est.getOrDefault("loss_weights") is not None and not isinstance(est.getOrDefault("loss_weights"), dict):
+        _shared.loss_weights(est.getOrDefault("loss_weights"), cfg.label_cols)  # a dict names outputs: Keras checks
     compression = compression_name(est.getOrDefault("gradient_compression"))
     for cb in cfg.callbacks:
         if not isinstance(cb, keras.callbacks.Callback):

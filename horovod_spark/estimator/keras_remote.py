@@ -21,13 +21,14 @@ from .common.checkpoint import CheckpointStore
 from .common.history import History
 from .common.nonfinite import LossGuard
 from .common.progress_rank import ProgressReporter
-from .common.rank_data import report_cache, train_reader, val_reader
+from .common.rank_data import report_cache, set_mp_start_method, train_reader, val_reader
 from .common.shapes import per_row_shape
 
 CHECKPOINT_FORMAT = 1
 
 
 def train(spec):
+    set_mp_start_method(spec)
     # Before TensorFlow starts: its thread pools are sized once per process.
     without_gpu = _configure_tensorflow(spec.use_gpu)
     import horovod_spark.keras as hvd

@@ -6,10 +6,11 @@ from pyspark import keyword_only
 from . import torch_payload
 from .common.estimator import HorovodEstimator
 from .common.fit import FrameworkPlan
-from .common.params import refuse_unknown_params
+from .common.params import _param, refuse_unknown_params, with_accessors
 from .torch_model import TorchModel, copy_module
 
 
+@with_accessors
 class TorchEstimator(HorovodEstimator):
     """A Spark ML Estimator training a PyTorch model data-parallel on ``num_proc`` Spark tasks.
 
@@ -21,8 +22,19 @@ class TorchEstimator(HorovodEstimator):
 
     ``model`` is a ``torch.nn.Module`` called as ``model(*features)`` (one tensor per feature
     column); ``optimizer`` is built on ``model.parameters()``; ``loss(outputs, labels)``.
+    ``loss_constructors`` (instead of ``loss``) are functions each rank calls to build its losses;
+    ``train_minibatch_fn`` is Horovod's ``train_minibatch(model, optimizer, transform_outputs, loss_fn,
+    inputs, labels, sample_weights, backward_passes_per_step, batch_idx) -> (outputs, loss)``, which
+    replaces the built-in training step (see torch_minibatch.py).
     """
     framework = "torch"
+
+    train_minibatch_fn = _param("train_minibatch_fn", "the training step, called per batch as train_minibatch(model, "
+                                "optimizer, transform_outputs, loss_fn, inputs, labels, sample_weights, "
+                                "backward_passes_per_step, batch_idx) -> (outputs, loss); it zeroes the gradients, "
+                                "back-propagates and steps the optimizer itself")
+    loss_constructors = _param("loss_constructors", "instead of loss: functions taking no argument that return a "
+                               "loss, one (or one per label column), called on every rank")
 
     @keyword_only
     def __init__(self, *, num_proc=None, model=None, optimizer=None, loss=None, metrics=None, feature_cols=None,
@@ -31,9 +43,13 @@ class TorchEstimator(HorovodEstimator):
                  validation_steps_per_epoch=None, shuffle=None, random_seed=None, gradient_compression=None,
                  backward_passes_per_step=None, store=None, run_id=None, callbacks=None, transformation_fn=None,
                  verbose=None, use_gpu=None, data_module=None, backend=None,
-                 inmemory_cache_all=None, nonfinite_loss=None, validate_finite=None, **unknown):
+                 inmemory_cache_all=None, nonfinite_loss=None, validate_finite=None, loss_weights=None,
+                 shuffle_buffer_size=None, partitions_per_process=None, train_reader_num_workers=None,
+                 val_reader_num_workers=None, reader_pool_type=None, mp_start_method=None, continuous_cols=None,
+                 categorical_cols=None, train_minibatch_fn=None, loss_constructors=None, **unknown):
         super().__init__()
         refuse_unknown_params(type(self).__name__, unknown)
+        self._setDefault(train_minibatch_fn=None, loss_constructors=None)
         self.setParams(**self._input_kwargs)
 
     @keyword_only
@@ -43,7 +59,10 @@ class TorchEstimator(HorovodEstimator):
                   validation_steps_per_epoch=None, shuffle=None, random_seed=None, gradient_compression=None,
                   backward_passes_per_step=None, store=None, run_id=None, callbacks=None, transformation_fn=None,
                   verbose=None, use_gpu=None, data_module=None, backend=None,
-                  inmemory_cache_all=None, nonfinite_loss=None, validate_finite=None, **unknown):
+                  inmemory_cache_all=None, nonfinite_loss=None, validate_finite=None, loss_weights=None,
+                  shuffle_buffer_size=None, partitions_per_process=None, train_reader_num_workers=None,
+                  val_reader_num_workers=None, reader_pool_type=None, mp_start_method=None, continuous_cols=None,
+                  categorical_cols=None, train_minibatch_fn=None, loss_constructors=None, **unknown):
         """Set the given params (keyword arguments only); None leaves a param as it is."""
         refuse_unknown_params(type(self).__name__, unknown)
         return self._set(**{k: v for k, v in self._input_kwargs.items() if v is not None})

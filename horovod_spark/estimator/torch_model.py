@@ -5,7 +5,7 @@ import cloudpickle
 from pyspark import keyword_only
 
 from . import torch_inference
-from .common.model import HorovodModel
+from .common.model import HorovodModel, model_params
 
 
 class TorchModel(HorovodModel):
@@ -15,6 +15,7 @@ class TorchModel(HorovodModel):
 
     ``getModel()`` is the trained ``torch.nn.Module`` (CPU, eval mode); ``getHistory()`` the
     per-epoch metrics. ``model.write().overwrite().save(path)`` / ``TorchModel.load(path)``.
+    ``feature_columns=`` / ``label_columns=`` (Horovod's names) set ``feature_cols`` / ``label_cols``.
     """
     framework = "torch"
     _loader = staticmethod(torch_inference.load_model)
@@ -22,14 +23,16 @@ class TorchModel(HorovodModel):
 
     @keyword_only
     def __init__(self, *, model=None, feature_cols=None, label_cols=None, output_cols=None, input_shapes=None,
-                 history=None, output_shapes=None, run_id=None):
+                 history=None, output_shapes=None, run_id=None,
+                 feature_columns=None, label_columns=None):
         super().__init__()
-        self._set(**{k: v for k, v in self._input_kwargs.items() if v is not None})
+        self._set(**model_params(type(self).__name__, self._input_kwargs))
 
     @keyword_only
     def setParams(self, *, model=None, feature_cols=None, label_cols=None, output_cols=None, input_shapes=None,
-                  history=None, output_shapes=None, run_id=None):
-        return self._set(**{k: v for k, v in self._input_kwargs.items() if v is not None})
+                  history=None, output_shapes=None, run_id=None,
+                  feature_columns=None, label_columns=None):
+        return self._set(**model_params(type(self).__name__, self._input_kwargs))
 
     @staticmethod
     def serialize(model) -> bytes:

@@ -13,7 +13,7 @@ import torch
 
 from horovod_spark.estimator.common import payload as _shared
 
-from . import torch_metrics
+from . import torch_metrics, torch_minibatch
 
 
 @dataclass
@@ -85,26 +85,26 @@ def check_and_pack(est, cfg):
                          "use a first-order optimizer (SGD, Adam, ...)")
     recipe = optimizer_recipe(optimizer, model)
 
-    loss = get("loss")
-    losses = loss if isinstance(loss, (list, tuple)) else [loss]
-    if loss is None or not losses or not all(callable(f) for f in losses):
-        raise ValueError("loss must be a function(outputs, labels) -> tensor (e.g. torch.nn.functional.cross_entropy "
-                         "or torch.nn.MSELoss()), or a list of them, one per label column; got %r" % (loss,))
-    if len(losses) not in (1, len(cfg.label_cols)):
-        raise ValueError("loss: %d loss functions for %d label columns %s: give one, or one per label column"
-                         % (len(losses), len(cfg.label_cols), cfg.label_cols))
+    losses, constructed = _losses(get("loss"), get("loss_constructors"), cfg.label_cols)
+    weights = _shared.loss_weights(get("loss_weights"), cfg.label_cols)
+    train_minibatch_fn = get("train_minibatch_fn")
+    if train_minibatch_fn is not None:
+        torch_minibatch.check(train_minibatch_fn)
     metrics = list(get("metrics") or [])
     torch_metrics.metric_names(metrics, cfg.label_cols)
     compression = compression_name(get("gradient_compression"))
-    if cfg.sample_weight_col and any(isinstance(f, torch.nn.modules.loss._Loss) and f.reduction != "none"
-                                     for f in losses):
+    if cfg.sample_weight_col and not constructed and any(
+            isinstance(f, torch.nn.modules.loss._Loss) and f.reduction != "none" for f in losses):
         raise ValueError("loss: with sample_weight_col the loss must return one value per row; construct it with "
                          "reduction='none' (e.g. torch.nn.CrossEntropyLoss(reduction='none'))")
 
     parts = {
         "model": _shared.pickled("model", model),
         "optimizer": _shared.pickled("optimizer", recipe),
-        "loss": _shared.pickled("loss", list(losses)),
+        "loss": _shared.pickled("loss_constructors" if constructed else "loss", list(losses)),
+        "loss_constructed": constructed,
+        "loss_weights": weights,
+        "train_minibatch_fn": _shared.pickled("train_minibatch_fn", train_minibatch_fn),
         "metrics": _shared.pickled("metrics", metrics),
         "callbacks": _shared.pickled("callbacks", cfg.callbacks),
         "transformation_fn": _shared.pickled("transformation_fn", cfg.transformation_fn),
@@ -117,6 +117,28 @@ def check_and_pack(est, cfg):
         "optimizer_class": "%s.%s" % (recipe.cls.__module__, recipe.cls.__qualname__),
     }
     return cloudpickle.dumps(parts), signature
+
+
+def _losses(loss, constructors, label_cols):
+    """(loss functions or loss constructors, whether they are constructors), checked: one, or one
+    per label column. Constructors (Horovod's loss_constructors) are called on each rank."""
+    if constructors is not None:
+        if loss is not None:
+            raise ValueError("loss and loss_constructors are both set: pass one (loss_constructors are functions "
+                             "returning a loss, called on every rank)")
+        losses = list(constructors) if isinstance(constructors, (list, tuple)) else [constructors]
+        what = "loss_constructors must be functions taking no argument that return a loss (e.g. torch.nn.MSELoss)"
+    else:
+        losses = loss if isinstance(loss, (list, tuple)) else [loss]
+        what = ("loss must be a function(outputs, labels) -> tensor (e.g. torch.nn.functional.cross_entropy or "
+                "torch.nn.MSELoss()), or a list of them, one per label column")
+    if (loss is None and constructors is None) or not losses or not all(callable(f) for f in losses):
+        raise ValueError("%s; got %r" % (what, constructors if constructors is not None else loss))
+    if len(losses) not in (1, len(label_cols)):
+        raise ValueError("%s: %d for %d label columns %s: give one, or one per label column"
+                         % ("loss_constructors" if constructors is not None else "loss", len(losses),
+                            len(label_cols), label_cols))
+    return losses, constructors is not None
 
 
 def unpack(payload: bytes) -> dict:

@@ -17,13 +17,14 @@ from .common.checkpoint import CheckpointStore
 from .common.history import EpochMetrics, History
 from .common.nonfinite import LossGuard
 from .common.progress_rank import ProgressReporter
-from .common.rank_data import report_cache, train_reader, val_batches, val_reader
+from .common.rank_data import report_cache, set_mp_start_method, train_reader, val_batches, val_reader
 from .common.shapes import label_arrays, model_inputs, per_row_shape
 
 CHECKPOINT_FORMAT = 1
 
 
 def train(spec):
+    set_mp_start_method(spec)
     import horovod_spark.torch as hvd
     # Building the first optimizer imports torch._dynamo (seconds of CPU). Start it now, so it
     # runs while hvd.init() waits for the other ranks; torch itself is fully imported by now,
@@ -60,7 +61,7 @@ class _Trainer:
     def __init__(self, spec, hvd):
         import torch
 
-        from . import torch_metrics, torch_payload
+        from . import torch_metrics, torch_minibatch, torch_payload
         self.spec, self.hvd, self.torch = spec, hvd, torch
         self.rank, self.size = hvd.rank(), hvd.size()
         # Ranks sharing a host would otherwise each start a thread per core and fight over them.
@@ -68,8 +69,12 @@ class _Trainer:
         parts = torch_payload.unpack(spec.payload)
         self.device = rank_device.torch_device(spec.use_gpu, hvd)
         self.model = parts["model"].to(self.device)
-        losses = parts["loss"]
+        losses = [make() for make in parts["loss"]] if parts.get("loss_constructed") else parts["loss"]
         self.losses = losses * len(spec.label_cols) if len(losses) == 1 else losses
+        self.loss_weights = parts.get("loss_weights") or [1.0] * len(spec.label_cols)
+        step_fn = parts.get("train_minibatch_fn")
+        self.train_minibatch = torch_minibatch.resolve(step_fn) if step_fn is not None else None
+        self.unapplied_backward = False  # a user step's backward the optimizer has not stepped on yet
         self.metrics = [torch_metrics.resolve(m) for m in parts["metrics"]]
         multi = len(spec.label_cols) > 1
         self.names = ["loss"] + (["%s_loss" % c for c in spec.label_cols] if multi else []) + \
@@ -91,6 +96,8 @@ class _Trainer:
         self.optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=self.model.named_parameters(),
                                                   compression=compression,
                                                   backward_passes_per_step=spec.backward_passes_per_step)
+        if self.train_minibatch is not None:
+            self.optimizer.register_step_post_hook(lambda *_: setattr(self, "unapplied_backward", False))
         transformation_fn = parts["transformation_fn"]
         self.train_reader = train_reader(spec, self.rank, self.size, transformation_fn)
         self.val_reader = val_reader(spec, self.rank, self.size, transformation_fn)
@@ -137,13 +144,16 @@ class _Trainer:
         with self.train_reader.iter_epoch(epoch) as batches:
             for step, batch in enumerate(batches):
                 inputs, labels, weights = self._tensors(batch)
-                outputs = self._outputs(self._forward(inputs), labels)
-                loss, values = self._loss(outputs, labels, weights)
-                # Accumulated over `passes` batches, the mean keeps the gradient's scale.
-                (loss / passes if passes > 1 else loss).backward()
-                if (step + 1) % passes == 0 or step + 1 == steps:
-                    self.optimizer.step()
-                    self.optimizer.zero_grad()
+                if self.train_minibatch is not None:
+                    outputs, labels, values = self._user_step(inputs, labels, weights, step)
+                else:
+                    outputs = self._outputs(self._forward(inputs), labels)
+                    loss, values = self._loss(outputs, labels, weights)
+                    # Accumulated over `passes` batches, the mean keeps the gradient's scale.
+                    (loss / passes if passes > 1 else loss).backward()
+                    if (step + 1) % passes == 0 or step + 1 == steps:
+                        self.optimizer.step()
+                        self.optimizer.zero_grad()
                 with torch.no_grad():
                     values.update(self._metrics(outputs, labels))
                 logs = {name: float(v) for name, v in values.items()}
@@ -153,6 +163,8 @@ class _Trainer:
                     self.output_shapes = [per_row_shape(o) for o in outputs]
                 self._callback("on_batch_end", epoch, step, logs)
                 self.reporter.step(epoch, step + 1, metrics.means())
+        if self.unapplied_backward:  # as Horovod: a user step's last accumulation window is applied
+            self.optimizer.step()
         return self._reduced(metrics, "train.%d" % epoch, "")
 
     def _validate(self, epoch):
@@ -229,9 +241,41 @@ class _Trainer:
                 labels[i] = label
         return outputs
 
+    def _user_step(self, inputs, labels, weights, step):
+        """One batch through the user's ``train_minibatch`` (torch_minibatch.py), which zeroes,
+        back-propagates and steps itself. Returns (outputs, labels, logged values) as the built-in
+        step has them."""
+        seen = {}
+
+        def mark_backward(grad):
+            self.unapplied_backward = True
+
+        def transform_outputs(outputs, labels):
+            labels = list(labels)
+            outputs = self._outputs(outputs, labels)
+            seen["labels"] = labels
+            return outputs, labels
+
+        def loss_fn(outputs, labels, sample_weights):
+            loss, seen["values"] = self._loss(outputs, labels, sample_weights)
+            if loss.requires_grad:
+                loss.register_hook(mark_backward)
+            return loss
+
+        outputs, loss = self.train_minibatch(self.model, self.optimizer, transform_outputs, loss_fn, inputs,
+                                             list(labels), weights, self.spec.backward_passes_per_step, step)
+        labels = seen.get("labels", labels)
+        outputs = self._outputs(outputs, labels)
+        values = seen.get("values")
+        if values is None:  # a step with a loss of its own: log it, and each label's as the built-in loss has it
+            with self.torch.no_grad():
+                values = self._loss(outputs, labels, weights)[1]
+        values["loss"] = loss.detach() if isinstance(loss, self.torch.Tensor) else self.torch.tensor(float(loss))
+        return outputs, labels, values
+
     def _loss(self, outputs, labels, weights):
         total, values = 0.0, {}
-        for fn, out, label, name in zip(self.losses, outputs, labels, self.spec.label_cols):
+        for fn, weight, out, label, name in zip(self.losses, self.loss_weights, outputs, labels, self.spec.label_cols):
             value = fn(out, label)
             if weights is not None:
                 if value.dim() == 0:
@@ -243,7 +287,7 @@ class _Trainer:
                 value = value.mean()
             if len(labels) > 1:
                 values["%s_loss" % name] = value.detach()
-            total = total + value
+            total = total + (value * weight if weight != 1.0 else value)
         values["loss"] = total.detach()
         return total, values
 

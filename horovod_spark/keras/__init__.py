@@ -48,6 +48,7 @@ from horovod_spark.tensorflow import (
 from horovod_spark.tensorflow._build import cuda_built, gpu_available, nccl_built
 from horovod_spark.tensorflow._op_args import Adasum, Average, Max, Min, Product, Sum
 from horovod_spark.tensorflow.compression import Compression
+from horovod_spark.tensorflow.sync_batch_norm import SyncBatchNormalization
 
 __all__ = [
     "init", "shutdown", "is_initialized", "size", "rank", "local_size", "local_rank", "cross_size", "cross_rank",
@@ -58,5 +59,5 @@ __all__ = [
     "Average", "Sum", "Adasum", "Min", "Max", "Product", "Compression",
     "DistributedOptimizer", "PartialDistributedOptimizer", "load_model", "callbacks",
     "allreduce", "allgather", "broadcast", "reducescatter", "broadcast_global_variables",
-    "broadcast_variables", "broadcast_object", "allgather_object", "join", "barrier",
+    "broadcast_variables", "broadcast_object", "allgather_object", "join", "barrier", "SyncBatchNormalization",
 ]

@@ -5,23 +5,38 @@ from urllib.parse import urlparse
 from horovod_spark.exceptions import StoreConnectionError
 from horovod_spark.store.base import Store
 
+# Horovod's driver= chose between libhdfs (JNI) and libhdfs3 (C++) in pyarrow's legacy HDFS client;
+# pyarrow.fs.HadoopFileSystem has only the JNI one.
+SUPPORTED_DRIVER = "libhdfs"
+
 
 class HDFSStore(Store):
-    """Root ``hdfs://host[:port]/path`` or ``hdfs:///path`` (the namenode from the Hadoop config).
+    """Root ``hdfs://host[:port]/path``, ``hdfs:///path`` (the namenode from the Hadoop config), or,
+    as in Horovod, an absolute path with the namenode in ``host=`` / ``port=``.
+
+    The keywords are Horovod's, in its order: ``host`` and ``port`` name the namenode (the URL's
+    own, when it has them, must agree), ``user`` the HDFS user, ``kerb_ticket`` the path of a
+    Kerberos ticket cache, ``extra_conf`` Hadoop settings; ``driver`` must be ``'libhdfs'``.
 
     Store paths are full URLs (what Spark wants). The pyarrow filesystem is built lazily because
     it needs a JVM, libhdfs and a reachable namenode, which a driver that only computes paths,
     or a test, may not have. Without a port, port 0 lets libhdfs take it from the Hadoop config
     (also right for HA nameservices)."""
 
-    def __init__(self, prefix_path: str, user: Optional[str] = None, kerb_ticket: Optional[str] = None,
-                 extra_conf: Optional[Dict[str, str]] = None, port: Optional[int] = None):
+    def __init__(self, prefix_path: str, host: Optional[str] = None, port: Optional[int] = None,
+                 user: Optional[str] = None, kerb_ticket: Optional[str] = None, driver: str = SUPPORTED_DRIVER,
+                 extra_conf: Optional[Dict[str, str]] = None):
+        if driver != SUPPORTED_DRIVER:
+            raise ValueError("HDFSStore(driver=%r) is not available: pyarrow's HadoopFileSystem has only the "
+                             "JNI driver, libhdfs (libhdfs3 left with pyarrow's legacy HDFS client); leave driver "
+                             "out or pass driver='libhdfs'" % (driver,))
         parsed = urlparse(prefix_path)
-        if parsed.scheme.lower() != "hdfs":
-            raise ValueError("HDFSStore needs an hdfs:// URL, got %r" % prefix_path)
-        self.host = parsed.hostname or "default"
-        self.port = port if port is not None else (parsed.port or 0)
-        self.user = user or parsed.username
+        scheme = parsed.scheme.lower()
+        if scheme not in ("hdfs", "") or (not scheme and not prefix_path.startswith("/")):
+            raise ValueError("HDFSStore needs an hdfs:// URL or an absolute path on HDFS, got %r" % (prefix_path,))
+        self.host = _agreeing("namenode", parsed.hostname, _host_name(host), prefix_path) or "default"
+        self.port = int(_agreeing("port", parsed.port, port, prefix_path) or 0)
+        self.user = _agreeing("user", parsed.username, user, prefix_path)
         self.kerb_ticket = kerb_ticket
         self.extra_conf = dict(extra_conf or {})
         super().__init__(prefix_path)
@@ -34,11 +49,15 @@ class HDFSStore(Store):
         authority = "" if self.host == "default" else self.host + (":%d" % self.port if self.port else "")
         return "hdfs://%s%s" % (authority, path)
 
+    def hadoop_filesystem_kwargs(self) -> dict:
+        """The arguments of ``pyarrow.fs.HadoopFileSystem`` this store connects with."""
+        return {"host": self.host, "port": self.port, "user": self.user, "kerb_ticket": self.kerb_ticket,
+                "extra_conf": self.extra_conf or None}
+
     def _make_filesystem(self):
         from pyarrow import fs as pafs
         try:
-            return pafs.HadoopFileSystem(self.host, self.port, user=self.user, kerb_ticket=self.kerb_ticket,
-                                         extra_conf=self.extra_conf or None)
+            return pafs.HadoopFileSystem(**self.hadoop_filesystem_kwargs())
         except Exception as exc:  # pyarrow raises OSError with pages of dlopen attempts
             first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise StoreConnectionError(
@@ -62,3 +81,17 @@ class HDFSStore(Store):
 
     def to_spark_path(self, path: str) -> str:
         return self.resolve(path)
+
+
+def _host_name(host: Optional[str]) -> Optional[str]:
+    """``host=`` as pyarrow's legacy client took it: a name, or an ``hdfs://name`` URL."""
+    if host is None or "://" not in host:
+        return host
+    return urlparse(host).hostname
+
+
+def _agreeing(what: str, in_url, given, prefix_path: str):
+    if in_url is not None and given is not None and in_url != given:
+        raise ValueError("HDFSStore(%r) names %s %r in the URL but %r as a keyword: give it once" %
+                         (prefix_path, what, in_url, given))
+    return given if given is not None else in_url

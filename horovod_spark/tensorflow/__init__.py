@@ -87,4 +87,13 @@ __all__ = [
     "broadcast_variables", "broadcast_global_variables", "broadcast_object", "broadcast_object_fn",
     "allgather_object", "DistributedGradientTape", "PartialDistributedGradientTape", "DistributedOptimizer",
     "handle_average_backwards_compatibility", "check_num_rank_power_of_2", "vars_to_refs", "refs_to_vars",
+    "SyncBatchNormalization",
 ]
+
+
+def __getattr__(name):
+    # A Keras layer: importing Keras waits until a script asks for it.
+    if name == "SyncBatchNormalization":
+        from horovod_spark.tensorflow.sync_batch_norm import SyncBatchNormalization
+        return SyncBatchNormalization
+    raise AttributeError("module %r has no attribute %r" % (__name__, name))

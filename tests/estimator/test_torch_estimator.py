@@ -172,6 +172,20 @@ def _bad_cases(store):
         (dict(validation_steps_per_epoch=2), "validation_steps_per_epoch is set but validation is not"),
         (dict(callbacks=[object()]), "callbacks: .* has none of the methods"),
         (dict(feature_cols=["name"]), "column 'name' has unsupported type string.*StringIndexer"),
+        # horovod.spark's keywords, checked as strictly
+        (dict(loss_weights=[1.0, 2.0]), r"loss_weights: 2 weight\(s\) for 1 label column"),
+        (dict(loss_weights="heavy"), "loss_weights='heavy': pass a list of numbers"),
+        (dict(loss_constructors=[torch.nn.MSELoss]), "loss and loss_constructors are both set"),
+        (dict(loss=None, loss_constructors=["mse"]), "loss_constructors must be functions"),
+        (dict(train_minibatch_fn="step"), "train_minibatch_fn must be a function"),
+        (dict(train_minibatch_fn=lambda model, optimizer: None), r"train_minibatch_fn takes 2 positional argument"),
+        (dict(shuffle=100, shuffle_buffer_size=10), "both give the shuffle buffer size: pass one"),
+        (dict(shuffle_buffer_size=-1), "shuffle_buffer_size=-1"),
+        (dict(partitions_per_process=0), "partitions_per_process must be a positive integer"),
+        (dict(train_reader_num_workers=0), "train_reader_num_workers must be a positive integer"),
+        (dict(reader_pool_type="gpu"), "reader_pool_type='gpu': pass one of"),
+        (dict(mp_start_method="clone"), "mp_start_method='clone': pass one of"),
+        (dict(categorical_cols=["vec", "zip"]), r"categorical_cols: column\(s\) \['zip'\] are not in feature_cols"),
     ], good
 
 
@@ -189,8 +203,8 @@ def test_bad_params_fail_before_any_spark_job(spark, class_df, tmp_path):
     with pytest.raises(ValueError, match="needs a pyspark.sql.DataFrame"):
         TorchEstimator(**good).fit([(1.0, 2.0)])
     # horovod.spark's parameters that do not exist here say what to do instead.
-    with pytest.raises(ValueError, match=r"does not take shuffle_buffer_size=: pass shuffle=<rows>"):
-        TorchEstimator(shuffle_buffer_size=1000, **good)
+    with pytest.raises(ValueError, match=r"does not take compress_sparse_cols=: sparse vector columns are prepared"):
+        TorchEstimator(compress_sparse_cols=True, **good)
     with pytest.raises(ValueError, match=r"does not take nonsense=: not a parameter of TorchEstimator"):
         TorchEstimator(**good).setParams(nonsense=1)
     assert not os.path.exists(tmp_path / "store" / "intermediate_data"), "data was prepared despite a bad param"

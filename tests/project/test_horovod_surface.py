@@ -24,18 +24,17 @@ def test_every_horovod_name_is_offered_or_its_gap_has_a_reason():
 
 def test_the_check_notices_an_unexplained_gap_and_a_stale_reason(monkeypatch):
     missing = dict(horovod_surface.MISSING)
-    missing.pop(("horovod.tensorflow", "SyncBatchNormalization"))
+    missing.pop(("horovod.tensorflow", "LocalGradientAggregationHelper"))
     missing[("horovod.torch", "allreduce")] = "pretend it is missing"
     monkeypatch.setattr(horovod_surface, "MISSING", missing)
     gaps = {key: dict(value) for key, value in horovod_surface.SIGNATURE_GAPS.items()}
-    gaps[("horovod.spark.common.store", "HDFSStore")]["user"] = "pretend it is not taken"
+    gaps[("horovod.spark.keras", "KerasModel")]["model"] = "pretend it is not taken"
     monkeypatch.setattr(horovod_surface, "SIGNATURE_GAPS", gaps)
     problems = horovod_surface.problems()
-    assert ("horovod.tensorflow.SyncBatchNormalization: missing from horovod_spark.tensorflow, and MISSING gives "
-            "no reason" in problems)
+    assert ("horovod.tensorflow.LocalGradientAggregationHelper: missing from horovod_spark.tensorflow, and MISSING "
+            "gives no reason" in problems)
     assert "horovod.torch.allreduce: horovod_spark.torch offers it now; remove it from MISSING" in problems
-    assert ("horovod.spark.common.store.HDFSStore: user is no longer a gap; remove it from SIGNATURE_GAPS"
-            in problems)
+    assert "horovod.spark.keras.KerasModel: model is no longer a gap; remove it from SIGNATURE_GAPS" in problems
 
 
 def test_migrating_md_lists_exactly_the_gaps():

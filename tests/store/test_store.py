@@ -75,6 +75,42 @@ def test_hdfs_connects_lazily_and_explains_a_failed_connection():
     assert len(message.splitlines()) == 1  # not pyarrow's pages of dlopen attempts
 
 
+def test_hdfs_takes_horovods_keywords_in_horovods_order():
+    store = HDFSStore("/user/me/hs", "nn.example", 9000, "me", "/tmp/krb5cc_1000", "libhdfs", {"dfs.replication": "2"})
+    assert store.prefix_path == "hdfs://nn.example:9000/user/me/hs"
+    assert store.hadoop_filesystem_kwargs() == {"host": "nn.example", "port": 9000, "user": "me",
+                                                "kerb_ticket": "/tmp/krb5cc_1000",
+                                                "extra_conf": {"dfs.replication": "2"}}
+    same = HDFSStore("hdfs://nn.example:9000/user/me/hs", host="hdfs://nn.example", port=9000)
+    assert same.prefix_path == store.prefix_path
+    default = HDFSStore("/data", user="me")
+    assert default.hadoop_filesystem_kwargs() == {"host": "default", "port": 0, "user": "me", "kerb_ticket": None,
+                                                  "extra_conf": None}
+    assert default.prefix_path == "hdfs:///data"
+    assert Store.create("hdfs:///data", host="nn", port=8020).prefix_path == "hdfs://nn:8020/data"
+
+
+def test_hdfs_keywords_reach_pyarrow_which_then_needs_libhdfs():
+    # The arguments are pyarrow's (a misnamed one would be a TypeError); without a JVM and libhdfs
+    # the connection fails with the clear error, whatever the keywords.
+    store = HDFSStore("/user/me", host="nn.invalid", port=8020, user="me", kerb_ticket="/tmp/krb5cc_none",
+                      extra_conf={"dfs.replication": "1"})
+    with pytest.raises(StoreConnectionError, match="libhdfs") as info:
+        store.filesystem()
+    assert isinstance(info.value.__cause__, OSError)
+
+
+@pytest.mark.parametrize("kwargs, prefix, match", [
+    ({"driver": "libhdfs3"}, "/a", "driver='libhdfs3'.*only the JNI driver"),
+    ({"host": "nn2"}, "hdfs://nn1/a", "namenode 'nn1' in the URL but 'nn2'"),
+    ({"port": 9000}, "hdfs://nn1:8020/a", "port 8020 in the URL but 9000"),
+    ({}, "relative/path", "absolute path"),
+])
+def test_hdfs_refuses_what_it_cannot_honour(kwargs, prefix, match):
+    with pytest.raises(ValueError, match=match):
+        HDFSStore(prefix, **kwargs)
+
+
 def test_create_picks_fsspec_for_other_urls():
     store = Store.create("memory://bucket/hs")
     assert type(store) is FsspecStore

@@ -39,8 +39,6 @@ MISSING = {
         "first step, or use hvd.callbacks.BroadcastGlobalVariablesCallback with Keras",
     ("horovod.tensorflow", "LocalGradientAggregationHelper"): "an internal helper of Horovod's optimizer; pass "
         "backward_passes_per_step= to DistributedOptimizer / DistributedGradientTape instead",
-    ("horovod.tensorflow", "SyncBatchNormalization"): "not implemented for TensorFlow (horovod_spark.torch."
-        "SyncBatchNorm exists for PyTorch); use keras.layers.BatchNormalization, which normalizes per rank",
     ("horovod.spark.common.store", "AbstractFilesystemStore"): "Horovod's base class of its stores; subclass "
         "horovod_spark.store.Store (a pyarrow filesystem and a root) for a store of your own",
 }
@@ -48,20 +46,11 @@ MISSING = {
 # (Horovod module, name) -> {Horovod parameter: why horovod_spark's does not take it}; "(order)" when the
 # parameters a call may pass by position differ.
 SIGNATURE_GAPS = {
-    ("horovod.spark.common.store", "HDFSStore"): {
-        "host": "put the namenode in the URL: HDFSStore('hdfs://namenode:8020/path')",
-        "driver": "pyarrow has one HDFS driver, libhdfs (Horovod's 'libhdfs3' went with pyarrow 0.17)",
-        "(order)": "after prefix_path, pass the arguments by keyword (user=, kerb_ticket=, extra_conf=, port=)",
-    },
     ("horovod.spark.keras", "KerasModel"): {
-        "feature_columns": "named feature_cols (and label_cols) here; models normally come from fit() or load()",
-        "label_columns": "named label_cols here",
         "_metadata": "Horovod's private argument; the prepared data's metadata is not needed to predict",
         "_floatx": "Horovod's private argument; the model's own dtype is used",
     },
     ("horovod.spark.torch", "TorchModel"): {
-        "feature_columns": "named feature_cols (and label_cols) here; models normally come from fit() or load()",
-        "label_columns": "named label_cols here",
         "optimizer": "a TorchModel predicts only; the trained optimizer state is in the run's checkpoints",
         "loss": "a TorchModel predicts only",
         "loss_constructors": "a TorchModel predicts only",
@@ -183,10 +172,13 @@ def render() -> str:
         for param in surface["params"]:
             if param not in accepted:
                 lines.append("| `%s(%s=)` | refused with this advice: %s |" % (key, param, only[param]))
-        missing = [m for m in surface["methods"] if not hasattr(_object(ESTIMATORS[key]), m)]
-        if missing:
-            lines.append("| `%s`: %s | accessors of the Params above that horovod_spark does not have |"
-                         % (key, ", ".join("`%s`" % m for m in missing)))
+        by_param = {}
+        for method in surface["methods"]:
+            if not hasattr(_object(ESTIMATORS[key]), method):
+                by_param.setdefault(_accessor_param(method), []).append(method)
+        for param, methods in sorted(by_param.items()):
+            lines.append("| `%s`: %s | accessors of Horovod's `%s` Param, which horovod_spark does not have: %s |"
+                         % (key, ", ".join("`%s`" % m for m in methods), param, only[param]))
     lines += ["", END]
     return "\n".join(lines)
 

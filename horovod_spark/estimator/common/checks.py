@@ -4,9 +4,10 @@ Every failure is a ValueError that names the param and says how to fix it: a bad
 after data preparation, or inside a rank minutes later, wastes the user's time and the cluster's.
 Framework-specific checks (model, optimizer, loss) live with each estimator.
 """
+import multiprocessing
 import numbers
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import List, Optional, Union
 
 from horovod_spark.store import Store
@@ -44,6 +45,10 @@ class FitConfig:
     inmemory_cache_all: bool = False
     nonfinite_loss: str = "raise"
     validate_finite: bool = False
+    partitions_per_process: Optional[int] = None
+    mp_start_method: Optional[str] = None
+    train_reader_options: dict = field(default_factory=dict)   # extra options of the data module's reader
+    val_reader_options: dict = field(default_factory=dict)
 
 
 def _positive_int(name: str, value, allow_none: bool = False) -> Optional[int]:
@@ -107,10 +112,7 @@ def check_common(est) -> FitConfig:
     if val_steps is not None and validation is None:
         raise ValueError("validation_steps_per_epoch is set but validation is not: set validation (a fraction or "
                          "a column name) or drop validation_steps_per_epoch")
-    shuffle = get("shuffle")
-    if not isinstance(shuffle, bool) and shuffle < 0:
-        raise ValueError("shuffle=%r: pass True/False or a shuffle buffer size in rows (>= 0)" % shuffle)
-    buffer_rows = None if isinstance(shuffle, bool) else shuffle
+    shuffle, buffer_rows = _shuffle(get("shuffle"), get("shuffle_buffer_size"))
     seed = get("random_seed")
     if seed is not None and not 0 <= seed < 2 ** 32:
         raise ValueError("random_seed must be in [0, 2**32), got %r" % seed)
@@ -141,6 +143,15 @@ def check_common(est) -> FitConfig:
                          "memory); data_module=%r reads from the files every epoch: pass one or the other"
                          % data_module)
 
+    train_reader_options, val_reader_options = _reader_options(get, data_module)
+    for param in ("continuous_cols", "categorical_cols"):
+        strays = [c for c in get(param) or [] if c not in feature_cols]
+        if strays:
+            raise ValueError("%s: column(s) %s are not in feature_cols %s; Horovod's NVTabular data module took "
+                             "them as a split of the feature columns: add them to feature_cols or drop them"
+                             % (param, strays, feature_cols))
+    partitions_per_process = _positive_int("partitions_per_process", get("partitions_per_process"), allow_none=True)
+
     callbacks = list(get("callbacks") or [])
     hooks = ("on_train_begin", "on_epoch_begin", "on_batch_end", "on_epoch_end", "on_train_end")
     for cb in callbacks:
@@ -164,7 +175,47 @@ def check_common(est) -> FitConfig:
                      backward_passes_per_step=backward_passes, run_id=run_id, verbose=verbose,
                      use_gpu=bool(est.getOrDefault("use_gpu")), data_module=data_module, callbacks=callbacks,
                      transformation_fn=transformation_fn, inmemory_cache_all=inmemory_cache_all,
-                     nonfinite_loss=nonfinite_loss, validate_finite=bool(get("validate_finite")))
+                     nonfinite_loss=nonfinite_loss, validate_finite=bool(get("validate_finite")),
+                     partitions_per_process=partitions_per_process, mp_start_method=get("mp_start_method"),
+                     train_reader_options=train_reader_options,
+                     val_reader_options=val_reader_options)
+
+
+def _shuffle(shuffle, shuffle_buffer_size):
+    """(shuffle?, buffer rows or None) from ``shuffle`` (True/False or rows) and Horovod's
+    ``shuffle_buffer_size`` (rows, used while shuffle is on)."""
+    if not isinstance(shuffle, bool) and shuffle < 0:
+        raise ValueError("shuffle=%r: pass True/False or a shuffle buffer size in rows (>= 0)" % shuffle)
+    buffer_rows = None if isinstance(shuffle, bool) else shuffle
+    if shuffle_buffer_size is None:
+        return bool(shuffle), buffer_rows
+    if shuffle_buffer_size < 0:
+        raise ValueError("shuffle_buffer_size=%r: pass a shuffle buffer size in rows (>= 0)" % shuffle_buffer_size)
+    if buffer_rows is not None and buffer_rows != shuffle_buffer_size:
+        raise ValueError("shuffle=%r and shuffle_buffer_size=%r both give the shuffle buffer size: pass one"
+                         % (shuffle, shuffle_buffer_size))
+    if shuffle is False:
+        return False, None
+    return True, int(shuffle_buffer_size)
+
+
+PETASTORM_POOLS = ("thread", "process", "dummy")
+
+
+def _reader_options(get, data_module: str):
+    """Horovod's reader knobs, checked; as options for the train and validation readers where the
+    data module has a worker pool (Petastorm's). The Arrow reader reads ahead in one thread."""
+    pool = get("reader_pool_type")
+    if pool not in PETASTORM_POOLS:
+        raise ValueError("reader_pool_type=%r: pass one of %s (Petastorm's reader pools)" % (pool, PETASTORM_POOLS))
+    method = get("mp_start_method")
+    if method is not None and method not in multiprocessing.get_all_start_methods():
+        raise ValueError("mp_start_method=%r: pass one of %s" % (method, multiprocessing.get_all_start_methods()))
+    workers = [_positive_int(name, get(name), allow_none=True)
+               for name in ("train_reader_num_workers", "val_reader_num_workers")]
+    if data_module != "petastorm":
+        return {}, {}
+    return tuple({"reader_pool_type": pool, **({"read_threads": n} if n else {})} for n in workers)
 
 
 def check_columns(cfg: FitConfig, available: List[str], where: str) -> None:

@@ -49,7 +49,7 @@ class DataFrameSource:
             check_finite(self.df, cfg.feature_cols + cfg.label_cols, "the DataFrame")
         prepared = prepare_data(cfg.store, self.df, cfg.feature_cols, cfg.label_cols,
                                 sample_weight_col=cfg.sample_weight_col, validation=cfg.validation,
-                                num_proc=num_proc, seed=split_seed)
+                                num_proc=num_proc, seed=split_seed, num_files=_num_files(cfg, num_proc))
         return DataSpec(train_path=prepared.train_path, val_path=prepared.val_path, train_rows=prepared.train_rows,
                         val_rows=prepared.val_rows, key=prepared.key, reused=prepared.reused)
 
@@ -120,3 +120,8 @@ class ParquetSource:
             raise ValueError("fit_on_parquet: no rows under %s" % train)
         return DataSpec(train_path=train, val_path=val, train_rows=rows[0], val_rows=rows[1],
                         key="pq-" + fingerprint.hexdigest()[:24], reused=True)
+
+
+def _num_files(cfg: FitConfig, num_proc: int):
+    """Horovod's partitions_per_process: the training data's Parquet files per rank (None: by size)."""
+    return None if cfg.partitions_per_process is None else cfg.partitions_per_process * num_proc

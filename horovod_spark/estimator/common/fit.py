@@ -102,7 +102,8 @@ def run_fit(est, source):
         shuffle=cfg.shuffle, shuffle_buffer_rows=cfg.shuffle_buffer_rows, seed=seed,
         backward_passes_per_step=cfg.backward_passes_per_step, data_module=cfg.data_module, use_gpu=cfg.use_gpu,
         verbose=cfg.verbose, payload=plan.payload, inmemory_cache_all=cfg.inmemory_cache_all,
-        nonfinite_loss=cfg.nonfinite_loss)
+        nonfinite_loss=cfg.nonfinite_loss, train_reader_options=cfg.train_reader_options,
+        val_reader_options=cfg.val_reader_options, mp_start_method=cfg.mp_start_method)
 
     log(1, "run %s: training %d epoch(s) on %d rank(s)%s" % (
         run_id, cfg.epochs, num_proc, ", resuming after epoch %d" % start_epoch if start_epoch else ""))

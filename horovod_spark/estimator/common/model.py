@@ -15,10 +15,29 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from . import inference
+from .converters import to_column_list
 from .params import ModelParams
 from .persistence import HorovodModelReader, HorovodModelWriter
 
 _NON_JSON_PARAMS = ("model",)
+
+# Horovod's models name their column Params feature_columns / label_columns.
+_HOROVOD_COLUMN_NAMES = {"feature_columns": "feature_cols", "label_columns": "label_cols"}
+
+
+def model_params(owner: str, kwargs: dict) -> dict:
+    """The Params a model's constructor or setParams sets: those given (not None), with Horovod's
+    column keywords under this project's names; both spellings at once must agree."""
+    out = {k: v for k, v in kwargs.items() if v is not None and k not in _HOROVOD_COLUMN_NAMES}
+    for horovods, ours in _HOROVOD_COLUMN_NAMES.items():
+        value = kwargs.get(horovods)
+        if value is None:
+            continue
+        if ours in out and to_column_list(out[ours]) != to_column_list(value):
+            raise ValueError("%s got %s=%r and %s=%r: they are the same Param, give one" %
+                             (owner, ours, out[ours], horovods, value))
+        out[ours] = value
+    return out
 
 
 class HorovodModel(Model, ModelParams, MLReadable, MLWritable):
@@ -43,6 +62,20 @@ class HorovodModel(Model, ModelParams, MLReadable, MLWritable):
 
     def setModel(self, model):
         return self._set(model=model)
+
+    def getFeatureColumns(self):
+        """``feature_cols`` under the name Horovod's models give it."""
+        return self.getOrDefault("feature_cols")
+
+    def setFeatureColumns(self, value):
+        return self._set(feature_cols=value)
+
+    def getLabelColumns(self):
+        """``label_cols`` under the name Horovod's models give it."""
+        return self.getOrDefault("label_cols")
+
+    def setLabelColumns(self, value):
+        return self._set(label_cols=value)
 
     def getHistory(self):
         """{metric: [value per epoch]}: loss and metrics, and val_* when there was validation data."""

@@ -10,7 +10,9 @@ from pyspark.ml.param import Param, Params, TypeConverters
 from . import converters as conv
 
 # Accessor spellings that Horovod's estimators use and the rule below would not produce.
-_CAMEL_AS_IN_HOROVOD = {"inmemory_cache_all": "InMemoryCacheAll"}
+_CAMEL_AS_IN_HOROVOD = {"inmemory_cache_all": "InMemoryCacheAll", "shuffle_buffer_size": "ShufflingBufferSize",
+                        "train_reader_num_workers": "TrainReaderNumWorker",
+                        "val_reader_num_workers": "ValReaderNumWorker"}
 
 
 def _camel(name: str) -> str:
@@ -119,6 +121,28 @@ class EstimatorParams(ColumnParams):
     validate_finite = _param("validate_finite", "before training, check with one Spark job that the feature and "
                              "label columns hold no NaN or infinite value, and fail naming the columns if they do",
                              TypeConverters.toBoolean)
+    loss_weights = _param("loss_weights", "with several label columns, one weight per column's loss: the training "
+                          "loss is their weighted sum (default: all 1)")
+    shuffle_buffer_size = _param("shuffle_buffer_size", "Horovod's name for a shuffle buffer size in rows "
+                                 "(shuffle=<rows> here); 0 shuffles the order of the row groups only",
+                                 conv.to_optional_int)
+    partitions_per_process = _param("partitions_per_process", "Parquet files the prepared training data is written "
+                                    "as, per rank (default: chosen from the data's size)", conv.to_optional_int)
+    train_reader_num_workers = _param("train_reader_num_workers", "data_module='petastorm': threads (or processes) "
+                                      "of Petastorm's training reader pool; the Arrow reader needs none",
+                                      conv.to_optional_int)
+    val_reader_num_workers = _param("val_reader_num_workers", "data_module='petastorm': threads (or processes) of "
+                                    "Petastorm's validation reader pool", conv.to_optional_int)
+    reader_pool_type = _param("reader_pool_type", "data_module='petastorm': Petastorm's reader pool, 'thread' or "
+                              "'process'", TypeConverters.toString)
+    mp_start_method = _param("mp_start_method", "start method of Python's multiprocessing on every rank ('spawn', "
+                             "'fork', 'forkserver'), set before training", TypeConverters.toString)
+    continuous_cols = _param("continuous_cols", "Horovod's NVTabular data module's continuous feature columns: "
+                             "accepted and checked to be among feature_cols; no data module here reads it",
+                             conv.to_column_list)
+    categorical_cols = _param("categorical_cols", "Horovod's NVTabular data module's categorical feature columns: "
+                              "accepted and checked to be among feature_cols; no data module here reads it",
+                              conv.to_column_list)
 
     def __init__(self):
         super().__init__()
@@ -127,7 +151,10 @@ class EstimatorParams(ColumnParams):
                          train_steps_per_epoch=None, validation_steps_per_epoch=None, shuffle=True,
                          random_seed=None, gradient_compression=None, backward_passes_per_step=1, store=None,
                          callbacks=[], transformation_fn=None, verbose=1, use_gpu=True, data_module="arrow",
-                         backend=None, inmemory_cache_all=False, nonfinite_loss="raise", validate_finite=False)
+                         backend=None, inmemory_cache_all=False, nonfinite_loss="raise", validate_finite=False,
+                         loss_weights=None, shuffle_buffer_size=None, partitions_per_process=None,
+                         train_reader_num_workers=None, val_reader_num_workers=None, reader_pool_type="thread",
+                         mp_start_method=None, continuous_cols=None, categorical_cols=None)
 
 
 @with_accessors
@@ -155,22 +182,8 @@ class ModelParams(ColumnParams):
 # instead, so a ported script learns it from the error rather than from Python's bare
 # "unexpected keyword argument".
 PARAMS_ONLY_IN_HOROVOD = {
-    "shuffle_buffer_size": "pass shuffle=<rows> (a shuffle buffer size in rows) or shuffle=True",
-    "loss_weights": "several label columns' losses are summed; weight them inside your loss function",
-    "partitions_per_process": "the prepared data is split by rows among the ranks; drop it",
-    "reader_pool_type": "the Arrow reader needs no worker pool; drop it (data_module='petastorm' uses "
-                        "Petastorm's defaults)",
-    "train_reader_num_workers": "the Arrow reader reads ahead in one background thread; drop it",
-    "val_reader_num_workers": "the Arrow reader reads ahead in one background thread; drop it",
-    "train_minibatch_fn": "not supported; the training step is built in (callbacks see every batch)",
-    "loss_constructors": "pass loss= a function or a loss module instance",
     "feature_columns": "it is feature_cols here",
     "label_columns": "it is label_cols here",
-    "continuous_cols": "list every input column in feature_cols (Horovod reads this only in its Lightning "
-                       "estimator); drop it",
-    "categorical_cols": "list every input column in feature_cols (Horovod reads this only in its Lightning "
-                        "estimator); drop it",
-    "mp_start_method": "the Arrow reader starts no worker processes; drop it",
     "compress_sparse_cols": "sparse vector columns are prepared as fixed-length arrays; drop it",
     "transformation_edit_fields": "transformation_fn may return any batch dict, with no schema to declare; drop it",
     "transformation_removed_fields": "transformation_fn may return any batch dict, with no schema to declare; "

@@ -1,4 +1,5 @@
 """The readers a rank trains and validates with, built from a TrainSpec (no pyspark, no framework)."""
+import multiprocessing
 import sys
 from typing import Iterator, Optional
 
@@ -7,12 +8,18 @@ from horovod_spark.data import make_reader
 from .spec import TrainSpec
 
 
+def set_mp_start_method(spec: TrainSpec) -> None:
+    """Horovod's mp_start_method: multiprocessing's start method for whatever the rank starts."""
+    if spec.mp_start_method:
+        multiprocessing.set_start_method(spec.mp_start_method, force=True)
+
+
 def train_reader(spec: TrainSpec, rank: int, size: int, transformation_fn=None):
     options = dict(columns=spec.columns, shuffle=spec.shuffle, seed=spec.seed,
                    steps_per_epoch=spec.train_steps_per_epoch, transformation_fn=transformation_fn)
-    if spec.shuffle_buffer_rows:
+    if spec.shuffle_buffer_rows is not None:
         options["shuffle_buffer_rows"] = spec.shuffle_buffer_rows
-    options.update(_cache_options(spec))
+    options.update(_cache_options(spec), **spec.train_reader_options)
     return make_reader(spec.data_module, store=spec.store, path=spec.train_path, batch_size=spec.batch_size,
                        rank=rank, num_ranks=size, **options)
 
@@ -25,7 +32,7 @@ def val_reader(spec: TrainSpec, rank: int, size: int, transformation_fn=None):
     return make_reader(spec.data_module, store=spec.store, path=spec.val_path, batch_size=spec.val_batch_size,
                        rank=rank, num_ranks=size, columns=spec.columns, shuffle=False, seed=spec.seed,
                        steps_per_epoch=spec.validation_steps_per_epoch, transformation_fn=transformation_fn,
-                       **_cache_options(spec))
+                       **_cache_options(spec), **spec.val_reader_options)
 
 
 def _cache_options(spec: TrainSpec) -> dict:

@@ -2,7 +2,7 @@
 
 Framework-free and pyspark-free, because ranks import it before they import anything else.
 """
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import List, Optional
 
 
@@ -38,6 +38,9 @@ class TrainSpec:
     nonfinite_loss: str = "raise"      # 'raise' | 'warn' (common/nonfinite.py)
     keep_checkpoints: int = 2
     progress_interval: float = 0.5
+    train_reader_options: dict = field(default_factory=dict)   # the data module's own reader options
+    val_reader_options: dict = field(default_factory=dict)
+    mp_start_method: Optional[str] = None   # multiprocessing's start method on the ranks
 
     @property
     def columns(self) -> List[str]:
