@@ -17,8 +17,8 @@
 #include <vector>
 
 #include "collectives/hierarchical.h"
-#include "engine/autotune.h"
 #include "common/config.h"
+#include "engine/autotune.h"
 #include "engine/coordinator.h"
 #include "engine/handle_table.h"
 #include "engine/message.h"
