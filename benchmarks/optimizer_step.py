@@ -25,6 +25,7 @@ import argparse
 import os
 import subprocess
 import sys
+import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -108,11 +109,17 @@ def compare_settings(args):
     variants = [("defaults", "hvd", {}), ("autotune", "hvd autotune", AUTOTUNE_ENV)] + \
         [(label, "hvd", env) for label, env in HAND_PICKED]
     best = {}
-    for _ in range(args.repeat):
-        for label, variant, env in variants:
-            rec = run(variant, args.np, args.steps, args.timeout, env)
-            if label not in best or rec["median_s"] < best[label]["median_s"]:
-                best[label] = rec
+    with tempfile.TemporaryDirectory() as tmp:
+        log = os.path.join(tmp, "autotune.csv")  # rank 0's trials (HOROVOD_AUTOTUNE_LOG)
+        for _ in range(args.repeat):
+            for label, variant, env in variants:
+                rec = run(variant, args.np, args.steps, args.timeout,
+                          dict(env, HOROVOD_AUTOTUNE_LOG=log) if label == "autotune" else env)
+                if label == "autotune":
+                    with open(log) as f:
+                        rec["log"] = f.read()
+                if label not in best or rec["median_s"] < best[label]["median_s"]:
+                    best[label] = rec
     defaults = best["defaults"]["median_s"]
     picked = min((label for label, _ in HAND_PICKED + [("defaults", {})]), key=lambda k: best[k]["median_s"])
     tuned = best["autotune"]
@@ -130,6 +137,12 @@ def compare_settings(args):
           "its step time is %.2f× the best hand-picked setting's (%s)." % (
               tuned["fusion_threshold"], "on" if tuned["response_cache"] else "off", tuned["tuning_steps"],
               tuned["tuning_s"], tuned["median_s"] / best[picked]["median_s"], picked))
+    print()
+    print("Its trials (HOROVOD_AUTOTUNE_LOG of that run):")
+    print()
+    print("```")
+    print(tuned["log"].rstrip())
+    print("```")
 
 
 if __name__ == "__main__":
