@@ -3,7 +3,8 @@ benchmarks/optimizer_step.py, which launches this the way each system's users do
 
     --mode local   plain torch optimizer, no communication: the compute alone (under
                    horovod-spark-run, N such processes at once, as busy as the real ranks)
-    --mode hvd     under horovod-spark-run: hvd.DistributedOptimizer (--groups: Horovod's groups=)
+    --mode hvd     under horovod-spark-run: hvd.DistributedOptimizer (--groups: Horovod's groups=;
+                   --until-tuned: with HOROVOD_AUTOTUNE=1, time the steps after autotune's search)
     --mode ddp     under torchrun: torch DistributedDataParallel over gloo (buckets of 25 MB)
 Rank 0 prints one BENCH_JSON line: the median over steps of the slowest rank's step time.
 """
@@ -25,6 +26,24 @@ def make_model(layers, width):
     return torch.nn.Sequential(*[torch.nn.Linear(width, width, bias=False) for _ in range(layers)])
 
 
+def tune(hvd, step, limit=3000):
+    """Steps until autotune's search has ended on every rank (they learn it at slightly different
+    steps, so they agree through an allreduce); what it chose and how many steps it took."""
+    from horovod_spark.common import basics
+    steps, start = 0, time.perf_counter()
+    while steps < limit:
+        step()
+        steps += 1
+        searching = torch.tensor([float(basics.autotune_parameters()["searching"])])
+        if not hvd.allreduce(searching, op=hvd.Max, name="autotune_searching").item():
+            break
+    params = basics.autotune_parameters()
+    if params["searching"] or not params["enabled"]:
+        raise RuntimeError("autotune did not finish in %d steps (is HOROVOD_AUTOTUNE=1 set?): %s" % (limit, params))
+    return {"tuning_steps": steps, "tuning_s": time.perf_counter() - start,
+            "fusion_threshold": params["fusion_threshold"], "response_cache": params["response_cache"]}
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--mode", choices=["local", "hvd", "ddp"], required=True)
@@ -33,7 +52,11 @@ def main():
     p.add_argument("--width", type=int, default=64)
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--steps", type=int, default=300)
+    p.add_argument("--until-tuned", action="store_true",
+                   help="hvd only (with HOROVOD_AUTOTUNE=1): warm up until autotune's search has ended, then time")
     args = p.parse_args()
+    if args.until_tuned and args.mode != "hvd":
+        p.error("--until-tuned needs --mode hvd")
     torch.set_num_threads(1)  # two ranks share the two cores
 
     model = make_model(args.layers, args.width)
@@ -69,6 +92,9 @@ def main():
 
     for _ in range(20):
         step()
+    tuning = {}
+    if args.until_tuned:
+        tuning = tune(hvd, step)
     times = np.empty(args.steps)
     for i in range(args.steps):
         start = time.perf_counter()
@@ -79,6 +105,7 @@ def main():
         record = {"kind": "optimizer_step", "mode": args.mode, "groups": args.groups, "layers": args.layers,
                   "param_bytes": args.width * args.width * 4}
         record.update(_timing.summarize(times))
+        record.update(tuning)
         _timing.emit(record)
     if args.mode == "ddp":
         # torch 2.13's gloo teardown now and then aborts ("terminate called without an active

@@ -280,3 +280,14 @@ def hierarchical_allgather_enabled(process_set=None) -> bool:
 def config() -> dict:
     """The core's settings as read from the environment (HOROVOD_FUSION_THRESHOLD, ...)."""
     return _core.config()
+
+
+def autotune_parameters() -> dict:
+    """Autotune's setting on this rank (``HOROVOD_AUTOTUNE``; docs/performance.md): ``fusion_threshold``
+    (bytes) and ``response_cache`` (bool) in force, ``searching`` (False once they are the final
+    choice, the same on every rank), ``trials`` finished so far and ``enabled``. Without autotune,
+    this rank's environment's settings with ``searching`` False (rank 0's are the ones in force:
+    its coordinator fuses for every rank)."""
+    if not is_initialized():
+        raise ValueError("call hvd.init() before autotune_parameters()")
+    return dict(_core.autotune())

@@ -306,6 +306,19 @@ HIERARCHICAL_ALLREDUCE = _define("HOROVOD_HIERARCHICAL_ALLREDUCE", CORE_SWITCH, 
                                  "Run allreduce" + _TWO_LEVELS % "allreduce", read_by=CORE)
 HIERARCHICAL_ALLGATHER = _define("HOROVOD_HIERARCHICAL_ALLGATHER", CORE_SWITCH, "auto",
                                  "Run allgather" + _TWO_LEVELS % "allgather", read_by=CORE)
+AUTOTUNE = _define("HOROVOD_AUTOTUNE", CORE_FLAG, False, "Tune the fusion threshold and the response cache "
+                   "during the job's first cycles: rank 0 tries a small grid, scores each setting by the bytes of "
+                   "collectives completed per second and keeps the best for the rest of the job (docs/performance.md; "
+                   "horovod_spark.common.basics.autotune_parameters() says what is in force).", read_by=CORE)
+AUTOTUNE_LOG = _define("HOROVOD_AUTOTUNE_LOG", text("a file path"), None, "With HOROVOD_AUTOTUNE: rank 0 writes "
+                       "one CSV row per trial (its setting and score) and a last row, final, with the choice.",
+                       read_by=CORE, default_text="unset: no log")
+AUTOTUNE_WARMUP_SAMPLES = _define("HOROVOD_AUTOTUNE_WARMUP_SAMPLES", whole_number(0), 3, "With HOROVOD_AUTOTUNE: "
+                                  "samples discarded at the start of the job before the first trial is scored.",
+                                  read_by=CORE)
+AUTOTUNE_STEPS_PER_SAMPLE = _define("HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE", whole_number(1), 10, "With "
+                                    "HOROVOD_AUTOTUNE: the fewest engine cycles (coordinator passes that ran "
+                                    "collectives) in one sample; a sample also lasts at least 0.1 s.", read_by=CORE)
 
 # -- horovod_spark.run on the Spark driver ---------------------------------------------------------
 SPARK_START_TIMEOUT = _define("HOROVOD_SPARK_START_TIMEOUT", seconds(0, above=True, example="600"), 600.0,

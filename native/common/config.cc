@@ -22,6 +22,18 @@ double env_number(const char* name, double fallback, double min_value) {
   return d;
 }
 
+// A whole number >= min_value, at most a million (counts of samples and cycles).
+int env_count(const char* name, int fallback, int min_value) {
+  const char* v = env(name);
+  if (!v) return fallback;
+  char* end = nullptr;
+  long n = std::strtol(v, &end, 10);
+  if (end == v || *end != '\0' || n < min_value || n > 1000000)
+    throw std::invalid_argument(std::string(name) + "='" + v + "' is not a whole number from " +
+                                std::to_string(min_value) + " to 1000000; unset it or give a valid value");
+  return static_cast<int>(n);
+}
+
 bool env_flag(const char* name) {
   const char* v = env(name);
   if (!v) return false;
@@ -61,6 +73,10 @@ Config Config::from_env() {
   c.shm_ring_bytes = c.shm_ring_bytes / 4096 * 4096;
   c.hierarchical_allreduce = env_switch("HOROVOD_HIERARCHICAL_ALLREDUCE");
   c.hierarchical_allgather = env_switch("HOROVOD_HIERARCHICAL_ALLGATHER");
+  c.autotune = env_flag("HOROVOD_AUTOTUNE");
+  if (const char* t = env("HOROVOD_AUTOTUNE_LOG")) c.autotune_log = t;
+  c.autotune_warmup_samples = env_count("HOROVOD_AUTOTUNE_WARMUP_SAMPLES", c.autotune_warmup_samples, 0);
+  c.autotune_steps_per_sample = env_count("HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE", c.autotune_steps_per_sample, 1);
   return c;
 }
 

@@ -27,6 +27,10 @@ struct Config {
   bool speculative_allreduce = true;            // HOROVOD_SPECULATIVE_ALLREDUCE (0 disables)
   Switch hierarchical_allreduce = Switch::kAuto;  // HOROVOD_HIERARCHICAL_ALLREDUCE (rule: HostLayout::applies)
   Switch hierarchical_allgather = Switch::kAuto;  // HOROVOD_HIERARCHICAL_ALLGATHER
+  bool autotune = false;                        // HOROVOD_AUTOTUNE (engine/autotune.h)
+  std::string autotune_log;                     // HOROVOD_AUTOTUNE_LOG: CSV of the trials (rank 0)
+  int autotune_warmup_samples = 3;              // HOROVOD_AUTOTUNE_WARMUP_SAMPLES: discarded first
+  int autotune_steps_per_sample = 10;           // HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE: cycles per sample
 
   static Config from_env();  // throws std::invalid_argument naming the bad variable
   static const char* switch_name(Switch s);  // "auto", "off", "on"

@@ -82,6 +82,11 @@ bool Coordinator::has_work_without(int rank) const {
   return false;
 }
 
+void Coordinator::set_tuning(size_t fusion_threshold, bool response_cache) {
+  cfg_.fusion_threshold = fusion_threshold;
+  cache_off_ = !response_cache;
+}
+
 const RequestMeta* Coordinator::cached_request(int32_t id) const {
   if (id < 0 || id >= static_cast<int32_t>(cached_requests_.size())) return nullptr;
   return &cached_requests_[id];
@@ -106,7 +111,7 @@ void Coordinator::add_request(int rank, const RequestMeta& meta, int32_t cache_i
 
 bool Coordinator::try_cached_lane(int rank, int32_t id) {
   // (id is a cache id: every one was registered with the lane when it was assigned)
-  if (!joined_.empty() || cached_requests_[static_cast<size_t>(id)].process_set != 0) return false;
+  if (cache_off_ || !joined_.empty() || cached_requests_[static_cast<size_t>(id)].process_set != 0) return false;
   const std::string& k = cached_keys_[static_cast<size_t>(id)];
   if ((!pending_.empty() && pending_.count(k)) || (!deferred_.empty() && deferred_.count(k))) return false;
   switch (lane_.add(rank, id)) {
@@ -362,7 +367,7 @@ Response Coordinator::build_response(const std::string& k, Pending& p) {
   bool all_same =
       common >= 0 && static_cast<int>(p.cache_ids.size()) == static_cast<int>(process_set(first.process_set)->size());
   for (const auto& kv : p.cache_ids) all_same = all_same && kv.second == common;
-  if (all_same && common < static_cast<int32_t>(cached_responses_.size())) {
+  if (all_same && !cache_off_ && common < static_cast<int32_t>(cached_responses_.size())) {
     Response r = cached_responses_[common];
     r.all_cached = true;
     return r;
@@ -389,7 +394,7 @@ Response Coordinator::build_response(const std::string& k, Pending& p) {
   std::string sig = first.signature();
   bool uniform = static_cast<int>(p.by_rank.size()) == static_cast<int>(ranks->size());
   for (const auto& kv : p.by_rank) uniform = uniform && kv.second.signature() == sig;
-  bool cacheable = r.error.empty() && uniform && cfg_.cache_capacity > 0 &&
+  bool cacheable = r.error.empty() && uniform && cfg_.cache_capacity > 0 && !cache_off_ &&
                    (r.type == OpType::kAllreduce || r.type == OpType::kAllgather || r.type == OpType::kBroadcast ||
                     r.type == OpType::kReducescatter || r.type == OpType::kAlltoall);
   if (cacheable) {

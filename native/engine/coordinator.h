@@ -35,6 +35,10 @@ class Coordinator {
   // True when some pending work could complete without a further request from `rank`: a tensor
   // of a process set `rank` is not in, or one `rank` already submitted or joined past.
   bool has_work_without(int rank) const;
+  // Autotune's trials (engine/autotune.h): the fusion threshold, and whether the response cache
+  // is used. Off, requests that arrive as cache ids are validated and answered in full, and no new
+  // ids are given; on again, the ids given before still hold.
+  void set_tuning(size_t fusion_threshold, bool response_cache);
 
  private:
   struct Pending {
@@ -101,6 +105,7 @@ class Coordinator {
   std::vector<Response> cached_responses_;
   std::unordered_map<std::string, int32_t> tensor_numbers_;  // key() -> the lane's tensor number
   CachedLane lane_;
+  bool cache_off_ = false;  // set_tuning's response_cache, inverted
   std::vector<Response> join_responses_;
 };
 

@@ -16,7 +16,7 @@ namespace hs {
 
 namespace {
 // Every control message starts with its kind.
-enum MessageKind : uint8_t { kRequests = 1, kResponses = 2, kSpeculation = 3 };
+enum MessageKind : uint8_t { kRequests = 1, kResponses = 2, kSpeculation = 3 };  // 4: kTuningMessage
 enum RequestTag : uint8_t { kFullRequest = 0, kCachedRequest = 1 };
 enum ResponseTag : uint8_t { kFullResponse = 0, kCachedResponses = 1 };
 constexpr int kSpinRoundsBeforeSleep = 2000;
@@ -444,6 +444,7 @@ bool Engine::complete_speculation() {
     return true;
   }
   stats_.speculative_done++;
+  if (autotuner_) tune_after_cycle(n * dtype_size(m.dtype));
   finish(spec_.key, HandleResult{});
   return true;
 }
@@ -496,6 +497,7 @@ bool Engine::coordinate() {
   for (int p = 1; p < size_; ++p) transport_.post_control(p, encoded);
   transport_.progress_control();  // peers must see the order before we block in a collective
   for (const Response& resp : responses) execute(resp);
+  if (autotuner_) tune_after_cycle(responses);
   return true;
 }
 
@@ -515,8 +517,9 @@ bool Engine::receive_responses() {
   while (transport_.pop_control(0, &msg)) {
     progress = true;
     WireReader r(msg);
-    if (r.get<uint8_t>() == kSpeculation) {
-      note_speculation(0, r);
+    const uint8_t kind = r.get<uint8_t>();
+    if (kind == kSpeculation || kind == kTuningMessage) {
+      kind == kSpeculation ? note_speculation(0, r) : take_tuning(r);
       continue;
     }
     uint32_t n = r.get<uint32_t>();

@@ -18,6 +18,7 @@
 
 #include "collectives/hierarchical.h"
 #include "common/config.h"
+#include "engine/autotune.h"
 #include "engine/coordinator.h"
 #include "engine/handle_table.h"
 #include "engine/message.h"
@@ -111,6 +112,8 @@ class Engine {
     std::atomic<int64_t> hierarchical_allgathers{0};  // allgathers run in two levels
   };
   Stats& stats() { return stats_; }
+  // Autotune's setting in force on this rank and where rank 0's search is (engine_tuning.cc).
+  TuningState tuning() const;
 
  private:
   void loop();
@@ -147,6 +150,11 @@ class Engine {
   void execute_alltoall(const Response& r, Group& g);
   void execute_reducescatter(const Response& r, Group& g);
   void remember_cacheable(const Response& r);
+  // engine_tuning.cc: rank 0 scores a cycle that ran `responses` (or `bytes`) and, when autotune
+  // moves to another setting, applies it and sends it to every rank; the others take it here.
+  void tune_after_cycle(const std::vector<Response>& responses);
+  void tune_after_cycle(size_t bytes);
+  void take_tuning(WireReader& r);
   bool try_speculate(const TensorRequest& req, int32_t cache_id);
   void note_speculation(int peer, WireReader& r);
   bool complete_speculation();
@@ -235,6 +243,11 @@ class Engine {
   // Ranks that said goodbye, with when it was seen: their pending work fails after a grace.
   std::vector<std::pair<int, int64_t>> departing_;
   Stats stats_;
+  // Rank 0 with HOROVOD_AUTOTUNE, while it searches (from the constructor: a log that cannot be
+  // written fails hvd.init() before any rank waits for this one).
+  std::unique_ptr<Autotuner> autotuner_{rank_ == 0 && cfg_.autotune ? new Autotuner(cfg_) : nullptr};
+  mutable std::mutex tuning_mu_;  // guards tuning_ (read by tuning() from any thread)
+  TuningState tuning_{TuningState::configured(cfg_)};
 };
 
 }  // namespace hs

@@ -442,6 +442,19 @@ PYBIND11_MODULE(_core, m) {
     d["hierarchical_allgathers"] = s.hierarchical_allgathers.load();
     return d;
   });
+  m.def(
+      "autotune",
+      [] {
+        const TuningState t = engine()->tuning();
+        py::dict d;
+        d["enabled"] = t.enabled;
+        d["searching"] = t.searching;
+        d["trials"] = t.trial;
+        d["fusion_threshold"] = t.point.fusion_threshold;
+        d["response_cache"] = t.point.response_cache;
+        return d;
+      },
+      "Autotune's setting in force (the final choice once searching is false) and its progress.");
   m.def("config", [] {
     Config c = Config::from_env();
     py::dict d;
@@ -461,6 +474,10 @@ PYBIND11_MODULE(_core, m) {
     d["speculative_allreduce"] = c.speculative_allreduce;
     d["hierarchical_allreduce"] = Config::switch_name(c.hierarchical_allreduce);
     d["hierarchical_allgather"] = Config::switch_name(c.hierarchical_allgather);
+    d["autotune"] = c.autotune;
+    d["autotune_log"] = c.autotune_log;
+    d["autotune_warmup_samples"] = c.autotune_warmup_samples;
+    d["autotune_steps_per_sample"] = c.autotune_steps_per_sample;
     return d;
   });
   py::register_exception<TransportError>(m, "TransportError", PyExc_RuntimeError);

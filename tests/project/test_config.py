@@ -138,6 +138,9 @@ CORE_KEYS = {
     "HOROVOD_SHM_RING_BYTES": "shm_ring_bytes", "HOROVOD_SPECULATIVE_ALLREDUCE": "speculative_allreduce",
     "HOROVOD_HIERARCHICAL_ALLREDUCE": "hierarchical_allreduce",
     "HOROVOD_HIERARCHICAL_ALLGATHER": "hierarchical_allgather",
+    "HOROVOD_AUTOTUNE": "autotune", "HOROVOD_AUTOTUNE_LOG": "autotune_log",
+    "HOROVOD_AUTOTUNE_WARMUP_SAMPLES": "autotune_warmup_samples",
+    "HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE": "autotune_steps_per_sample",
 }
 
 
