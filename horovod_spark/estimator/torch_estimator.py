@@ -31,7 +31,8 @@ class TorchEstimator(HorovodEstimator):
                  validation_steps_per_epoch=None, shuffle=None, random_seed=None, gradient_compression=None,
                  backward_passes_per_step=None, store=None, run_id=None, callbacks=None, transformation_fn=None,
                  verbose=None, use_gpu=None, data_module=None, backend=None,
-                 inmemory_cache_all=None, nonfinite_loss=None, validate_finite=None, **unknown):
+                 inmemory_cache_all=None, nonfinite_loss=None, validate_finite=None, elastic=None,
+                 min_num_proc=None, max_num_proc=None, **unknown):
         super().__init__()
         refuse_unknown_params(type(self).__name__, unknown)
         self.setParams(**self._input_kwargs)
@@ -43,7 +44,8 @@ class TorchEstimator(HorovodEstimator):
                   validation_steps_per_epoch=None, shuffle=None, random_seed=None, gradient_compression=None,
                   backward_passes_per_step=None, store=None, run_id=None, callbacks=None, transformation_fn=None,
                   verbose=None, use_gpu=None, data_module=None, backend=None,
-                  inmemory_cache_all=None, nonfinite_loss=None, validate_finite=None, **unknown):
+                  inmemory_cache_all=None, nonfinite_loss=None, validate_finite=None, elastic=None,
+                  min_num_proc=None, max_num_proc=None, **unknown):
         """Set the given params (keyword arguments only); None leaves a param as it is."""
         refuse_unknown_params(type(self).__name__, unknown)
         return self._set(**{k: v for k, v in self._input_kwargs.items() if v is not None})

@@ -11,6 +11,8 @@ from typing import List, Optional, Union
 
 from horovod_spark.store import Store
 
+from .elastic_fit import ElasticSettings, check_elastic
+
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 NONFINITE_LOSS = ("raise", "warn")
 
@@ -44,6 +46,7 @@ class FitConfig:
     inmemory_cache_all: bool = False
     nonfinite_loss: str = "raise"
     validate_finite: bool = False
+    elastic: Optional[ElasticSettings] = None   # None: a fixed-size fit (elastic_fit.py)
 
 
 def _positive_int(name: str, value, allow_none: bool = False) -> Optional[int]:
@@ -164,7 +167,8 @@ def check_common(est) -> FitConfig:
                      backward_passes_per_step=backward_passes, run_id=run_id, verbose=verbose,
                      use_gpu=bool(est.getOrDefault("use_gpu")), data_module=data_module, callbacks=callbacks,
                      transformation_fn=transformation_fn, inmemory_cache_all=inmemory_cache_all,
-                     nonfinite_loss=nonfinite_loss, validate_finite=bool(get("validate_finite")))
+                     nonfinite_loss=nonfinite_loss, validate_finite=bool(get("validate_finite")),
+                     elastic=check_elastic(est))
 
 
 def check_columns(cfg: FitConfig, available: List[str], where: str) -> None:

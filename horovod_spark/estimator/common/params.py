@@ -119,6 +119,13 @@ class EstimatorParams(ColumnParams):
     validate_finite = _param("validate_finite", "before training, check with one Spark job that the feature and "
                              "label columns hold no NaN or infinite value, and fail naming the columns if they do",
                              TypeConverters.toBoolean)
+    elastic = _param("elastic", "keep fitting when an executor is lost: the ranks run under run_elastic, commit "
+                     "at each epoch's end, and after a loss the survivors redo the interrupted epoch, re-sharded "
+                     "over the ranks left (see docs/elastic.md)", TypeConverters.toBoolean)
+    min_num_proc = _param("min_num_proc", "elastic fits: the fewest ranks the fit goes on with (default 1)",
+                          conv.to_optional_int)
+    max_num_proc = _param("max_num_proc", "elastic fits: the most ranks the fit grows back to when Spark reruns "
+                          "a lost task (default num_proc)", conv.to_optional_int)
 
     def __init__(self):
         super().__init__()
@@ -127,7 +134,8 @@ class EstimatorParams(ColumnParams):
                          train_steps_per_epoch=None, validation_steps_per_epoch=None, shuffle=True,
                          random_seed=None, gradient_compression=None, backward_passes_per_step=1, store=None,
                          callbacks=[], transformation_fn=None, verbose=1, use_gpu=True, data_module="arrow",
-                         backend=None, inmemory_cache_all=False, nonfinite_loss="raise", validate_finite=False)
+                         backend=None, inmemory_cache_all=False, nonfinite_loss="raise", validate_finite=False,
+                         elastic=False, min_num_proc=None, max_num_proc=None)
 
 
 @with_accessors

@@ -43,3 +43,18 @@ class ProgressReporter:
 
     def train_end(self) -> None:
         self.emit("train_end")
+
+    def resumed(self, epoch: int, epochs: int, size: int) -> None:
+        """An elastic fit re-formed after losing or gaining ranks and goes on at ``epoch`` (0-based)."""
+        self.emit("resumed", epoch=epoch, epochs=epochs, size=size)
+
+
+def rank_reporter(spec, rank: int) -> ProgressReporter:
+    """Rank 0's reporter of a fit (a silent one on other ranks): to stdout, which ``run`` streams to
+    the driver, or, in an elastic fit, to the driver's progress service (elastic_progress.py)."""
+    enabled = rank == 0 and spec.verbose > 0
+    out = None
+    if enabled and spec.elastic:
+        from .elastic_progress import RemoteLines
+        out = RemoteLines(spec.progress, rank)
+    return ProgressReporter(enabled, spec.progress_interval, out=out)
