@@ -113,6 +113,8 @@ class _KerasTrainer:
         self.train_reader = train_reader(spec, self.rank, self.size, self.transformation_fn)
         self.val_reader = val_reader(spec, self.rank, self.size, self.transformation_fn)
         self.val_steps = 0 if self.val_reader is None else self.val_reader.steps_per_epoch
+        if getattr(self, "reporter", None) is not None:
+            self.reporter.close()
         self.reporter = rank_reporter(spec, self.rank)
         self.loss_guard = LossGuard(spec.nonfinite_loss, self.rank)
 
@@ -201,7 +203,9 @@ class _KerasTrainer:
         Weights only: the result needs nothing else, and a full save would also serialize the loss,
         which Keras cannot do for every function."""
         callback = self.checkpoint_callback
-        if callback is None or self.rank != 0:
+        # In an elastic fit any rank may become rank 0 after a reset: every rank points its copy
+        # at its own file, and only rank 0's runs.
+        if callback is None or (self.rank != 0 and not self.spec.elastic):
             return None
         path = os.path.join(scratch, "best.weights.h5")
         callback.filepath = path

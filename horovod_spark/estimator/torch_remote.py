@@ -108,6 +108,8 @@ class _Trainer:
         self.rank, self.size = self.hvd.rank(), self.hvd.size()
         self.train_reader = train_reader(spec, self.rank, self.size, self.transformation_fn)
         self.val_reader = val_reader(spec, self.rank, self.size, self.transformation_fn)
+        if getattr(self, "reporter", None) is not None:
+            self.reporter.close()
         self.reporter = rank_reporter(spec, self.rank)
         self.loss_guard = LossGuard(spec.nonfinite_loss, self.rank)
 

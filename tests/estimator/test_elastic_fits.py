@@ -15,13 +15,14 @@ pyspark = pytest.importorskip("pyspark")
 torch = pytest.importorskip("torch")
 
 from pyspark.ml.linalg import Vectors  # noqa: E402
-from support.executor_kill import KillExecutorAtStep  # noqa: E402
+from support.executor_kill import ExecutorReaper, KillExecutorAtStep, keras_kill_callback  # noqa: E402
 
 from horovod_spark.estimator import TorchEstimator  # noqa: E402
 from horovod_spark.exceptions import ElasticJobError  # noqa: E402
 from horovod_spark.store import Store  # noqa: E402
 
-pytestmark = pytest.mark.timeout(400)
+# Generous: Spark and three ranks on a small shared machine; each fit takes seconds when it is idle.
+pytestmark = pytest.mark.timeout(900)
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -94,17 +95,53 @@ def test_torch_fit_survives_an_executor_killed_mid_epoch(spark, train_df, tmp_pa
     assert reference > 0.9 and accuracy > reference - 0.03, (reference, accuracy)
 
 
-def test_elastic_params_are_checked_before_any_job(tmp_path):
+def test_keras_fit_survives_an_executor_killed_mid_epoch(spark, tmp_path, capsys):
+    pytest.importorskip("keras")
+    from support.keras_data import classification_df, two_input_model
+
+    from horovod_spark.estimator import KerasEstimator
+    df = classification_df(spark, n=900).repartition(3).cache()
     store = Store.create(str(tmp_path / "store"))
-    with pytest.raises(ValueError, match="min_num_proc=2 applies to elastic fits only: pass elastic=True"):
-        _check(store, elastic=False, min_num_proc=2)
-    with pytest.raises(ValueError, match="min_num_proc=3 is more than max_num_proc=2"):
-        _check(store, min_num_proc=3, max_num_proc=2)
-    assert _check(store).elastic is not None and _check(store, elastic=False).elastic is None
+    marker = str(tmp_path / "killed")
+
+    def fit(run_id, callbacks):
+        est = KerasEstimator(num_proc=3, model=two_input_model(lr=0.05), feature_cols=["vec", "arr"],
+                             label_cols=["label"], validation="is_val", batch_size=16, epochs=EPOCHS, random_seed=2,
+                             store=store, run_id=run_id, callbacks=callbacks, elastic=True)
+        return est.fit(df)
+
+    undisturbed = fit("undisturbed", [])
+    capsys.readouterr()
+    model = fit("killed", [keras_kill_callback(marker, rank=2, epoch=1, step=5)])
+    out, err = capsys.readouterr()
+    assert os.path.exists(marker), "the callback never killed an executor"
+    history = model.getHistory()
+    assert len(history["loss"]) == EPOCHS and history["num_ranks"][:2] == [3, 2], history
+    assert "lost worker 2 (rank 2)" in err, err
+    assert "training resumed at epoch 2/%d on 2 rank(s)" % EPOCHS in out, out
+    reference, accuracy = undisturbed.getHistory()["val_accuracy"][-1], history["val_accuracy"][-1]
+    print("validation accuracy: undisturbed %.3f, with an executor killed %.3f" % (reference, accuracy))
+    assert reference > 0.8 and accuracy > reference - 0.05, (reference, accuracy)
 
 
-def _check(store, **params):
-    from horovod_spark.estimator.common.checks import check_common
-    est = _torch_estimator(store, "checked")
-    est._set(**params)
-    return check_common(est)
+def test_a_loss_below_min_num_proc_ends_the_fit_naming_what_was_lost(spark, train_df, tmp_path, monkeypatch):
+    # The cluster cannot replace the lost executor (each new one is killed as it starts), so the two
+    # survivors wait elastic_timeout for a third rank, then the fit fails. Last in the module: the
+    # cluster keeps two executors afterwards.
+    monkeypatch.setenv("HOROVOD_ELASTIC_TIMEOUT", "5")
+    store = Store.create(str(tmp_path / "store"))
+    reaper = ExecutorReaper(spark.sparkContext.applicationId).arm()
+    try:
+        est = _torch_estimator(store, "below-min", [KillExecutorAtStep(str(tmp_path / "killed"), rank=2, epoch=1,
+                                                                       step=5)], min_num_proc=3)
+        with pytest.raises(ElasticJobError) as info:
+            est.fit(train_df)
+    finally:
+        reaper.stop()
+    message = str(info.value)
+    assert "the elastic fit of run below-min (num_proc=3, min_num_proc=3) stopped" in message, message
+    assert "lost worker 2 (rank 2)" in message and "fewer than min_num_proc=3" in message, message
+    assert "fit again with run_id='below-min'" in message, message
+    # The epoch finished before the loss is checkpointed, whole, for that next fit.
+    names = [posixpath.basename(p) for p in store.list(store.get_checkpoint_path("below-min"))]
+    assert names == ["epoch-00001.ckpt"], names

@@ -52,3 +52,67 @@ class KillExecutorAtStep:
         if (self.current_rank == self.rank and epoch == self.epoch and step == self.step
                 and claim(self.marker + ".claimed")):
             kill_own_executor(self.marker)
+
+
+def keras_kill_callback(marker: str, rank: int, epoch: int, step: int):
+    """The KerasEstimator form of ``KillExecutorAtStep`` (a keras.callbacks.Callback)."""
+    import keras
+
+    class KillExecutorAtBatch(keras.callbacks.Callback):
+        def __init__(self):
+            super().__init__()
+            self.epoch = None
+
+        def on_epoch_begin(self, current_epoch, logs=None):
+            self.epoch = current_epoch
+
+        def on_train_batch_end(self, batch, logs=None):
+            import horovod_spark.keras as hvd
+            if hvd.rank() == rank and self.epoch == epoch and batch == step and claim(marker + ".claimed"):
+                kill_own_executor(marker)
+
+    return KillExecutorAtBatch()
+
+
+class ExecutorReaper:
+    """Kills every executor JVM of application ``app_id`` that starts after ``arm()``: a cluster
+    that cannot replace a lost executor."""
+
+    def __init__(self, app_id: str):
+        import threading
+        self.app_id = app_id.encode()
+        self._known = None
+        self.killed = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="executor-reaper", daemon=True)
+
+    def _executors(self):
+        found = set()
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                try:
+                    with open("/proc/%s/cmdline" % entry, "rb") as f:
+                        cmdline = f.read()
+                except OSError:
+                    continue
+                if b"CoarseGrainedExecutorBackend" in cmdline and self.app_id in cmdline:
+                    found.add(int(entry))
+        return found
+
+    def arm(self):
+        self._known = self._executors()
+        self._thread.start()
+        return self
+
+    def _run(self):
+        while not self._stop.wait(0.2):
+            for pid in self._executors() - self._known:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                    self.killed.append(pid)
+                except ProcessLookupError:
+                    pass
+
+    def stop(self):
+        self._stop.set()
+        self._thread.join(5)

@@ -21,6 +21,14 @@ class ProgressChannel:
     key: bytes = field(repr=False)
 
 
+def line_handler(printer):
+    """The service's handler of OP_LINE: a rank's line to ``printer`` as the runners write rank output."""
+    def handle(rank, line):
+        if isinstance(rank, int) and isinstance(line, str):
+            printer.write("[%d]<stdout>:%s\n" % (rank, line.rstrip("\n")))
+    return handle
+
+
 class ProgressService:
     """Listens for rank lines and writes them, as ``[rank]<stdout>:line``, to ``printer``."""
 
@@ -33,18 +41,13 @@ class ProgressService:
         sc = spark_driver._spark_context()
         key = wire.make_secret()
         addrs = spark_driver._driver_addresses(sc)
-        self._printer = printer
 
         def make(host):
             server = KVStoreServer(key, host=host)
-            server.add_handler(OP_LINE, self._line)
+            server.add_handler(OP_LINE, line_handler(printer))
             return server
         self._server = start_listening(make, sc.getConf().get("spark.driver.bindAddress"), addrs)
         self.channel = ProgressChannel(addrs, self._server.port, key)
-
-    def _line(self, rank, line):
-        if isinstance(rank, int) and isinstance(line, str):
-            self._printer.write("[%d]<stdout>:%s\n" % (rank, line.rstrip("\n")))
 
     def close(self):
         self._server.stop()

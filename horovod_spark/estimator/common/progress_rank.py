@@ -17,6 +17,7 @@ class ProgressReporter:
         self.enabled = enabled
         self.interval = interval
         self._out = out if out is not None else sys.stdout
+        self._owns_out = out is not None and hasattr(out, "close")
         # None, not 0.0: time.monotonic() counts from an unspecified origin (boot, on Linux), so
         # a fresh machine's clock can read less than one interval and drop the first step.
         self._last_step = None
@@ -43,6 +44,11 @@ class ProgressReporter:
 
     def train_end(self) -> None:
         self.emit("train_end")
+
+    def close(self) -> None:
+        """Close the stream the reporter was given (never stdout)."""
+        if self._owns_out:
+            self._out.close()
 
     def resumed(self, epoch: int, epochs: int, size: int) -> None:
         """An elastic fit re-formed after losing or gaining ranks and goes on at ``epoch`` (0-based)."""
