@@ -17,7 +17,7 @@ import numpy as np
 from horovod_spark.common import config
 
 from .common import rank_device
-from .common.checkpoint import CheckpointStore
+from .common.checkpoint import CheckpointStore, resumes
 from .common.history import History
 from .common.nonfinite import LossGuard
 from .common.progress_rank import rank_reporter
@@ -99,7 +99,7 @@ class _KerasTrainer:
         self.checkpoint_callback = parts["checkpoint_callback"]
         self.history = History()
         self.output_shapes = None
-        if spec.resume_path is not None:
+        if resumes(spec):
             self._restore(load_checkpoint(spec.store.read_bytes(spec.resume_path)))
         self.transformation_fn = parts["transformation_fn"]
         self.checkpoints = CheckpointStore(spec.store, spec.run_id, keep=spec.keep_checkpoints)

@@ -13,7 +13,7 @@ import time
 import numpy as np
 
 from .common import rank_device
-from .common.checkpoint import CheckpointStore
+from .common.checkpoint import CheckpointStore, resumes
 from .common.history import EpochMetrics, History
 from .common.nonfinite import LossGuard
 from .common.progress_rank import rank_reporter
@@ -84,7 +84,7 @@ class _Trainer:
         optimizer = torch_payload.build_optimizer(parts["optimizer"], self.model)
         self.history = History()
         self.output_shapes = None
-        if spec.resume_path is not None:
+        if resumes(spec):
             state = load_checkpoint(spec.store.read_bytes(spec.resume_path))
             self.model.load_state_dict(state["model"])
             optimizer.load_state_dict(state["optimizer"])
