@@ -44,7 +44,8 @@ class KerasEstimator(HorovodEstimator):
                  inmemory_cache_all=None, nonfinite_loss=None, validate_finite=None, loss_weights=None,
                  shuffle_buffer_size=None, partitions_per_process=None, train_reader_num_workers=None,
                  val_reader_num_workers=None, reader_pool_type=None, mp_start_method=None, continuous_cols=None,
-                 categorical_cols=None, backend_env=None,
+                 categorical_cols=None, elastic=None, min_num_proc=None, max_num_proc=None,
+                 backend_env=None,
                  custom_objects=None, checkpoint_callback=None, **unknown):
         super().__init__()
         refuse_unknown_params(type(self).__name__, unknown)
@@ -61,7 +62,8 @@ class KerasEstimator(HorovodEstimator):
                   inmemory_cache_all=None, nonfinite_loss=None, validate_finite=None, loss_weights=None,
                   shuffle_buffer_size=None, partitions_per_process=None, train_reader_num_workers=None,
                   val_reader_num_workers=None, reader_pool_type=None, mp_start_method=None, continuous_cols=None,
-                  categorical_cols=None, backend_env=None,
+                  categorical_cols=None, elastic=None, min_num_proc=None, max_num_proc=None,
+                  backend_env=None,
                   custom_objects=None, checkpoint_callback=None, **unknown):
         """Set the given params (keyword arguments only); None leaves a param as it is."""
         refuse_unknown_params(type(self).__name__, unknown)

@@ -39,7 +39,8 @@ class EstimatorCallback(keras.callbacks.Callback):
     def on_epoch_end(self, epoch, logs=None):
         t = self.trainer
         values = _floats(logs)
-        t.history.append(values)
+        # Elastic fits also record on how many ranks each epoch ran (a lost rank shows as fewer).
+        t.history.append(dict(values, num_ranks=t.size) if t.spec.elastic else values)
         if t.rank == 0:
             t.checkpoints.write(epoch + 1, t.checkpoint_bytes(epoch + 1))
         # A None check, not `or`: time.monotonic() has no fixed origin, so no value of it means "unset".

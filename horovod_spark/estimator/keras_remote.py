@@ -17,10 +17,10 @@ import numpy as np
 from horovod_spark.common import config
 
 from .common import rank_device
-from .common.checkpoint import CheckpointStore
+from .common.checkpoint import CheckpointStore, resumes
 from .common.history import History
 from .common.nonfinite import LossGuard
-from .common.progress_rank import ProgressReporter
+from .common.progress_rank import rank_reporter
 from .common.rank_data import report_cache, set_mp_start_method, train_reader, val_reader
 from .common.shapes import per_row_shape
 
@@ -100,14 +100,23 @@ class _KerasTrainer:
         self.checkpoint_callback = parts["checkpoint_callback"]
         self.history = History()
         self.output_shapes = None
-        if spec.resume_path is not None:
+        if resumes(spec):
             self._restore(load_checkpoint(spec.store.read_bytes(spec.resume_path)))
-        transformation_fn = parts["transformation_fn"]
-        self.train_reader = train_reader(spec, self.rank, self.size, transformation_fn)
-        self.val_reader = val_reader(spec, self.rank, self.size, transformation_fn)
-        self.val_steps = 0 if self.val_reader is None else self.val_reader.steps_per_epoch
+        self.transformation_fn = parts["transformation_fn"]
         self.checkpoints = CheckpointStore(spec.store, spec.run_id, keep=spec.keep_checkpoints)
-        self.reporter = ProgressReporter(self.rank == 0 and spec.verbose > 0, spec.progress_interval)
+        self.place()
+
+    def place(self):
+        """(Re)build what depends on this rank's place in the job: its shard of the data, whether it
+        reports progress. An elastic fit calls it again after every reset."""
+        spec = self.spec
+        self.rank, self.size = self.hvd.rank(), self.hvd.size()
+        self.train_reader = train_reader(spec, self.rank, self.size, self.transformation_fn)
+        self.val_reader = val_reader(spec, self.rank, self.size, self.transformation_fn)
+        self.val_steps = 0 if self.val_reader is None else self.val_reader.steps_per_epoch
+        if getattr(self, "reporter", None) is not None:
+            self.reporter.close()
+        self.reporter = rank_reporter(spec, self.rank)
         self.loss_guard = LossGuard(spec.nonfinite_loss, self.rank)
 
     def _restore(self, state):
@@ -135,7 +144,10 @@ class _KerasTrainer:
         spec = self.spec
         with tempfile.TemporaryDirectory(prefix="hs-keras-rank%d-" % self.rank) as scratch:
             best_path = self._prepare_checkpoint_callback(scratch)
-            if spec.start_epoch < spec.epochs:
+            if spec.elastic:
+                from .keras_elastic import fit_elastic
+                fit_elastic(self)
+            elif spec.start_epoch < spec.epochs:
                 self._fit(EstimatorCallback(self))
             else:
                 # Resuming a run that already completed every epoch: nothing left to train.
@@ -149,9 +161,13 @@ class _KerasTrainer:
                 self._load_best(best_path)
             return self._result()
 
-    def _fit(self, estimator_callback):
+    def _fit(self, estimator_callback, start_epoch=None, more_callbacks=()):
+        """``model.fit`` from ``start_epoch`` (default: the spec's) to the last epoch; ``more_callbacks``
+        run after the estimator's own."""
         from . import keras_data
         hvd, spec = self.hvd, self.spec
+        if start_epoch is not None:
+            spec = dataclasses.replace(spec, start_epoch=start_epoch)
         input_shapes = keras_data.input_shapes_for(self.model, spec.input_shapes, len(spec.feature_cols))
         if input_shapes != spec.input_shapes:
             spec = dataclasses.replace(spec, input_shapes=input_shapes)
@@ -161,11 +177,13 @@ class _KerasTrainer:
         try:
             val = None if self.val_reader is None else keras_data.val_dataset(
                 self.val_reader, spec, floatx, self.rank, self.size, keras_data.signature(first))
-            callbacks = [hvd.callbacks.BroadcastGlobalVariablesCallback(0), hvd.callbacks.MetricAverageCallback()]
-            callbacks += list(self.user_callbacks)
+            # An elastic fit's state.sync() broadcasts instead, after every reset too.
+            callbacks = [] if spec.elastic else [hvd.callbacks.BroadcastGlobalVariablesCallback(0)]
+            callbacks += [hvd.callbacks.MetricAverageCallback()] + list(self.user_callbacks)
             if self.checkpoint_callback is not None and self.rank == 0:
                 callbacks.append(self.checkpoint_callback)
             callbacks.append(estimator_callback)
+            callbacks += list(more_callbacks)
             with warnings.catch_warnings():
                 # Validation runs each rank's shard to its end, which Keras reports as running out of data.
                 warnings.filterwarnings("ignore", message=".*ran out of data.*")
@@ -186,7 +204,9 @@ class _KerasTrainer:
         Weights only: the result needs nothing else, and a full save would also serialize the loss,
         which Keras cannot do for every function."""
         callback = self.checkpoint_callback
-        if callback is None or self.rank != 0:
+        # In an elastic fit any rank may become rank 0 after a reset: every rank points its copy
+        # at its own file, and only rank 0's runs.
+        if callback is None or (self.rank != 0 and not self.spec.elastic):
             return None
         path = os.path.join(scratch, "best.weights.h5")
         callback.filepath = path

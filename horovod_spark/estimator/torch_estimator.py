@@ -46,7 +46,9 @@ class TorchEstimator(HorovodEstimator):
                  inmemory_cache_all=None, nonfinite_loss=None, validate_finite=None, loss_weights=None,
                  shuffle_buffer_size=None, partitions_per_process=None, train_reader_num_workers=None,
                  val_reader_num_workers=None, reader_pool_type=None, mp_start_method=None, continuous_cols=None,
-                 categorical_cols=None, train_minibatch_fn=None, loss_constructors=None, **unknown):
+                 categorical_cols=None, train_minibatch_fn=None, loss_constructors=None,
+                 elastic=None, min_num_proc=None, max_num_proc=None,
+                 **unknown):
         super().__init__()
         refuse_unknown_params(type(self).__name__, unknown)
         self._setDefault(train_minibatch_fn=None, loss_constructors=None)
@@ -62,7 +64,9 @@ class TorchEstimator(HorovodEstimator):
                   inmemory_cache_all=None, nonfinite_loss=None, validate_finite=None, loss_weights=None,
                   shuffle_buffer_size=None, partitions_per_process=None, train_reader_num_workers=None,
                   val_reader_num_workers=None, reader_pool_type=None, mp_start_method=None, continuous_cols=None,
-                  categorical_cols=None, train_minibatch_fn=None, loss_constructors=None, **unknown):
+                  categorical_cols=None, train_minibatch_fn=None, loss_constructors=None,
+                  elastic=None, min_num_proc=None, max_num_proc=None,
+                  **unknown):
         """Set the given params (keyword arguments only); None leaves a param as it is."""
         refuse_unknown_params(type(self).__name__, unknown)
         return self._set(**{k: v for k, v in self._input_kwargs.items() if v is not None})

@@ -13,10 +13,10 @@ import time
 import numpy as np
 
 from .common import rank_device
-from .common.checkpoint import CheckpointStore
+from .common.checkpoint import CheckpointStore, resumes
 from .common.history import EpochMetrics, History
 from .common.nonfinite import LossGuard
-from .common.progress_rank import ProgressReporter
+from .common.progress_rank import rank_reporter
 from .common.rank_data import report_cache, set_mp_start_method, train_reader, val_batches, val_reader
 from .common.shapes import label_arrays, model_inputs, per_row_shape
 
@@ -32,7 +32,11 @@ def train(spec):
     threading.Thread(target=_preload_dynamo, name="hs-preload-dynamo", daemon=True).start()
     hvd.init()
     try:
-        return _Trainer(spec, hvd).run()
+        trainer = _Trainer(spec, hvd)
+        if spec.elastic:
+            from .torch_elastic import train_elastic
+            return train_elastic(trainer)
+        return trainer.run()
     finally:
         hvd.shutdown()
 
@@ -85,24 +89,35 @@ class _Trainer:
         optimizer = torch_payload.build_optimizer(parts["optimizer"], self.model)
         self.history = History()
         self.output_shapes = None
-        if spec.resume_path is not None:
+        if resumes(spec):
             state = load_checkpoint(spec.store.read_bytes(spec.resume_path))
             self.model.load_state_dict(state["model"])
             optimizer.load_state_dict(state["optimizer"])
             self.history = History(state["history"])
             self.output_shapes = state.get("output_shapes")
-        hvd.broadcast_parameters(self.model.state_dict(), root_rank=0)
+        if not spec.elastic:
+            # An elastic fit's state.sync() broadcasts instead, after every reset too.
+            hvd.broadcast_parameters(self.model.state_dict(), root_rank=0)
         compression = hvd.Compression.fp16 if parts["compression"] == "fp16" else hvd.Compression.none
         self.optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=self.model.named_parameters(),
                                                   compression=compression,
                                                   backward_passes_per_step=spec.backward_passes_per_step)
         if self.train_minibatch is not None:
             self.optimizer.register_step_post_hook(lambda *_: setattr(self, "unapplied_backward", False))
-        transformation_fn = parts["transformation_fn"]
-        self.train_reader = train_reader(spec, self.rank, self.size, transformation_fn)
-        self.val_reader = val_reader(spec, self.rank, self.size, transformation_fn)
+        self.transformation_fn = parts["transformation_fn"]
         self.checkpoints = CheckpointStore(spec.store, spec.run_id, keep=spec.keep_checkpoints)
-        self.reporter = ProgressReporter(self.rank == 0 and spec.verbose > 0, spec.progress_interval)
+        self.place()
+
+    def place(self):
+        """(Re)build what depends on this rank's place in the job: its shard of the data, whether it
+        reports progress. An elastic fit calls it again after every reset."""
+        spec = self.spec
+        self.rank, self.size = self.hvd.rank(), self.hvd.size()
+        self.train_reader = train_reader(spec, self.rank, self.size, self.transformation_fn)
+        self.val_reader = val_reader(spec, self.rank, self.size, self.transformation_fn)
+        if getattr(self, "reporter", None) is not None:
+            self.reporter.close()
+        self.reporter = rank_reporter(spec, self.rank)
         self.loss_guard = LossGuard(spec.nonfinite_loss, self.rank)
 
     # -- the loop ----------------------------------------------------------------------------------
@@ -113,17 +128,26 @@ class _Trainer:
                                   spec.run_id)
         self._callback("on_train_begin", self.rank, self.size)
         for epoch in range(spec.start_epoch, spec.epochs):
-            started = time.monotonic()
-            self._callback("on_epoch_begin", epoch)
-            self.torch.manual_seed(_epoch_seed(spec.seed, epoch, self.rank))
-            logs = self._train_epoch(epoch)
-            if self.val_reader is not None:
-                logs.update(self._validate(epoch))
-            self.history.append(logs)
-            self._callback("on_epoch_end", epoch, dict(logs))
-            if self.rank == 0:
-                self.checkpoints.write(epoch + 1, self._checkpoint_bytes(epoch + 1))
-            self.reporter.epoch_end(epoch, logs, time.monotonic() - started)
+            self.epoch(epoch)
+        return self.finish()
+
+    def epoch(self, epoch):
+        """Train and validate one epoch, record it, and checkpoint it (rank 0)."""
+        started = time.monotonic()
+        self._callback("on_epoch_begin", epoch)
+        self.torch.manual_seed(_epoch_seed(self.spec.seed, epoch, self.rank))
+        logs = self._train_epoch(epoch)
+        if self.val_reader is not None:
+            logs.update(self._validate(epoch))
+        # Elastic fits also record on how many ranks each epoch ran (a lost rank shows as fewer).
+        self.history.append(dict(logs, num_ranks=self.size) if self.spec.elastic else logs)
+        self._callback("on_epoch_end", epoch, dict(logs))
+        if self.rank == 0:
+            self.checkpoints.write(epoch + 1, self._checkpoint_bytes(epoch + 1))
+        self.reporter.epoch_end(epoch, logs, time.monotonic() - started)
+
+    def finish(self):
+        spec = self.spec
         self._callback("on_train_end", self.history.to_dict())
         self.reporter.train_end()
         report_cache(spec, self.rank, self.train_reader, self.val_reader)

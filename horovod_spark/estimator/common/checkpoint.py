@@ -56,3 +56,11 @@ class CheckpointStore:
 
     def write_run_record(self, record: dict) -> None:
         self.store.write_bytes_atomic(self.run_record_path, json.dumps(record, indent=1, sort_keys=True).encode())
+
+
+def resumes(spec) -> bool:
+    """Whether a rank starts from the checkpoint ``spec.resume_path``. In an elastic fit, a rank that
+    joins later finds that checkpoint pruned by newer ones: it takes rank 0's state (state.sync) instead."""
+    if spec.resume_path is None:
+        return False
+    return not spec.elastic or spec.store.exists(spec.resume_path)

@@ -12,6 +12,8 @@ from typing import List, Optional, Union
 
 from horovod_spark.store import Store
 
+from .elastic_fit import ElasticSettings, check_elastic
+
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 NONFINITE_LOSS = ("raise", "warn")
 
@@ -49,6 +51,7 @@ class FitConfig:
     mp_start_method: Optional[str] = None
     train_reader_options: dict = field(default_factory=dict)   # extra options of the data module's reader
     val_reader_options: dict = field(default_factory=dict)
+    elastic: Optional[ElasticSettings] = None   # None: a fixed-size fit (elastic_fit.py)
 
 
 def _positive_int(name: str, value, allow_none: bool = False) -> Optional[int]:
@@ -178,7 +181,8 @@ def check_common(est) -> FitConfig:
                      nonfinite_loss=nonfinite_loss, validate_finite=bool(get("validate_finite")),
                      partitions_per_process=partitions_per_process, mp_start_method=get("mp_start_method"),
                      train_reader_options=train_reader_options,
-                     val_reader_options=val_reader_options)
+                     val_reader_options=val_reader_options,
+                     elastic=check_elastic(est))
 
 
 def _shuffle(shuffle, shuffle_buffer_size):

@@ -17,6 +17,7 @@ from horovod_spark.spark import preflight, session_cluster
 from . import run_ranks
 from .checkpoint import CheckpointStore
 from .checks import check_common
+from .elastic_fit import resolve_sizes, run_elastic_fit
 from .progress_driver import ProgressPrinter
 from .spec import TrainSpec
 
@@ -103,13 +104,19 @@ def run_fit(est, source):
         backward_passes_per_step=cfg.backward_passes_per_step, data_module=cfg.data_module, use_gpu=cfg.use_gpu,
         verbose=cfg.verbose, payload=plan.payload, inmemory_cache_all=cfg.inmemory_cache_all,
         nonfinite_loss=cfg.nonfinite_loss, train_reader_options=cfg.train_reader_options,
-        val_reader_options=cfg.val_reader_options, mp_start_method=cfg.mp_start_method)
+        val_reader_options=cfg.val_reader_options, mp_start_method=cfg.mp_start_method,
+        elastic=cfg.elastic is not None)
 
-    log(1, "run %s: training %d epoch(s) on %d rank(s)%s" % (
-        run_id, cfg.epochs, num_proc, ", resuming after epoch %d" % start_epoch if start_epoch else ""))
+    log(1, "run %s: training %d epoch(s) on %d rank(s)%s%s" % (
+        run_id, cfg.epochs, num_proc, ", resuming after epoch %d" % start_epoch if start_epoch else "",
+        " (elastic: min_num_proc=%d, max_num_proc=%d)" % resolve_sizes(cfg.elastic, num_proc) if cfg.elastic else ""))
     printer = ProgressPrinter(cfg.verbose, out=out)
     try:
-        results = runner.run(est._remote_trainer(), (spec,), num_proc, rank_env, printer, cfg.verbose)
+        if cfg.elastic is not None:
+            results = run_elastic_fit(est._remote_trainer(), spec, cfg.elastic, num_proc, rank_env, printer,
+                                      cfg.verbose, run_id)
+        else:
+            results = runner.run(est._remote_trainer(), (spec,), num_proc, rank_env, printer, cfg.verbose)
     finally:
         printer.close()
     result = results[0]

@@ -143,6 +143,13 @@ class EstimatorParams(ColumnParams):
     categorical_cols = _param("categorical_cols", "Horovod's NVTabular data module's categorical feature columns: "
                               "accepted and checked to be among feature_cols; no data module here reads it",
                               conv.to_column_list)
+    elastic = _param("elastic", "keep fitting when an executor is lost: the ranks run under run_elastic, commit "
+                     "at each epoch's end, and after a loss the survivors redo the interrupted epoch, re-sharded "
+                     "over the ranks left (see docs/elastic.md)", TypeConverters.toBoolean)
+    min_num_proc = _param("min_num_proc", "elastic fits: the fewest ranks the fit goes on with (default 1)",
+                          conv.to_optional_int)
+    max_num_proc = _param("max_num_proc", "elastic fits: the most ranks the fit grows back to when Spark reruns "
+                          "a lost task (default num_proc)", conv.to_optional_int)
 
     def __init__(self):
         super().__init__()
@@ -154,7 +161,8 @@ class EstimatorParams(ColumnParams):
                          backend=None, inmemory_cache_all=False, nonfinite_loss="raise", validate_finite=False,
                          loss_weights=None, shuffle_buffer_size=None, partitions_per_process=None,
                          train_reader_num_workers=None, val_reader_num_workers=None, reader_pool_type="thread",
-                         mp_start_method=None, continuous_cols=None, categorical_cols=None)
+                         mp_start_method=None, continuous_cols=None, categorical_cols=None,
+                         elastic=False, min_num_proc=None, max_num_proc=None)
 
 
 @with_accessors

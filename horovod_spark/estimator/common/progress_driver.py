@@ -70,6 +70,11 @@ class ProgressPrinter(LineSink):
     def _on_train_end(self):
         self._close_bar()
 
+    def _on_resumed(self, epoch, epochs, size):
+        self._close_bar()
+        if self.verbose:
+            self._print("[horovod_spark] training resumed at epoch %d/%d on %d rank(s)" % (epoch + 1, epochs, size))
+
     # -- output ------------------------------------------------------------------------------------
     def _open_bar(self, epoch):
         if self._bar is not None and self._bar.epoch != epoch:

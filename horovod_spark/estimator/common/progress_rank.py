@@ -17,6 +17,7 @@ class ProgressReporter:
         self.enabled = enabled
         self.interval = interval
         self._out = out if out is not None else sys.stdout
+        self._owns_out = out is not None and hasattr(out, "close")
         # None, not 0.0: time.monotonic() counts from an unspecified origin (boot, on Linux), so
         # a fresh machine's clock can read less than one interval and drop the first step.
         self._last_step = None
@@ -43,3 +44,23 @@ class ProgressReporter:
 
     def train_end(self) -> None:
         self.emit("train_end")
+
+    def close(self) -> None:
+        """Close the stream the reporter was given (never stdout)."""
+        if self._owns_out:
+            self._out.close()
+
+    def resumed(self, epoch: int, epochs: int, size: int) -> None:
+        """An elastic fit re-formed after losing or gaining ranks and goes on at ``epoch`` (0-based)."""
+        self.emit("resumed", epoch=epoch, epochs=epochs, size=size)
+
+
+def rank_reporter(spec, rank: int) -> ProgressReporter:
+    """Rank 0's reporter of a fit (a silent one on other ranks): to stdout, which ``run`` streams to
+    the driver, or, in an elastic fit, to the driver's progress service (elastic_progress.py)."""
+    enabled = rank == 0 and spec.verbose > 0
+    out = None
+    if enabled and spec.elastic:
+        from .elastic_progress import RemoteLines
+        out = RemoteLines(spec.progress, rank)
+    return ProgressReporter(enabled, spec.progress_interval, out=out)

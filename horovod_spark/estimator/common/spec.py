@@ -36,6 +36,8 @@ class TrainSpec:
     payload: bytes                 # the framework's cloudpickled model, optimizer, loss, ...
     inmemory_cache_all: bool = False   # ranks keep the row groups they read in memory (data/row_group_cache.py)
     nonfinite_loss: str = "raise"      # 'raise' | 'warn' (common/nonfinite.py)
+    elastic: bool = False              # ranks run under run_elastic and commit at each epoch's end
+    progress: Optional[object] = None  # elastic fits: the driver's elastic_progress.ProgressChannel
     keep_checkpoints: int = 2
     progress_interval: float = 0.5
     train_reader_options: dict = field(default_factory=dict)   # the data module's own reader options
