@@ -145,7 +145,7 @@ def run(spark, rows: int, features: int, batch_size: int, passes: int, lr: float
     if "transform" in parts:
         # (c) runs before any TorchDistributor job, whose torchelastic agents can linger for minutes
         # (see docs/performance.md) and would load the machine under the transform timings.
-        model = fitted or _transform_model(features)
+        model = fitted if fitted is not None else _transform_model(features)
         vectors = reader_throughput.make_dataframe(spark, rows, features)
         # The same values as array<float>: what transform costs without the JVM's vector -> array step.
         arrays = vectors.select(vector_to_array("features", "float32").alias("features"), "label")
