@@ -14,6 +14,7 @@ completes once the collective has finished on the GPU. Output tensors are alloca
 submission, so allgather first agrees on every rank's row count and alltoall on the received
 splits, each with a small blocking host collective.
 """
+import collections
 import hashlib
 import socket
 import threading
@@ -29,6 +30,9 @@ from horovod_spark.torch import _buffers, _handles
 _REDUCING = ("allreduce", "reducescatter")
 _lock = threading.Lock()
 _agreed = {}  # process set id -> whether NCCL runs its CUDA collectives (auto mode)
+# One lock per set, held through its probe: threads probing different sets in different orders on
+# different ranks must not wait for each other.
+_set_locks = collections.defaultdict(threading.Lock)
 
 
 def reset():
@@ -80,7 +84,9 @@ def _host_allgather_int64(name, values, ps_id):
 
 def _agree(process_set, identity):
     ps_id = _handles.process_set_id(process_set)
-    with _lock:  # (held through the probe: one per set, whichever thread comes first)
+    with _lock:
+        set_lock = _set_locks[ps_id]
+    with set_lock:  # (one probe per set, by whichever thread comes first)
         if ps_id not in _agreed:
             usable = nccl.available()
             rows = _host_allgather_int64("nccl.agree.%d" % ps_id, [int(usable), identity() if usable else 0], ps_id)
@@ -153,26 +159,36 @@ def _set_size_and_index(process_set):
     return process_set.size(), process_set.rank()
 
 
+def received_splits(core_name, dim0, split_list, process_set):
+    """The rows this rank receives from each rank of ``process_set`` in an alltoall where it sends
+    ``split_list`` (None: dim 0 split evenly) of its ``dim0`` rows; a blocking host allgather."""
+    ps_id = _handles.process_set_id(process_set)
+    n, me = _set_size_and_index(process_set)
+    if split_list is None:
+        split_list = [dim0 // n] * n if dim0 % n == 0 else [-1] * n
+    # Every rank checks every rank's (dim 0, splits) alike, so a bad one fails everywhere (splits of
+    # different lengths already fail the allgather itself, on every rank).
+    table = _host_allgather_int64(core_name + ".splits", [dim0] + list(split_list), ps_id)
+    for rank_index, (rows, *sent) in enumerate(table):
+        if sent == [-1] * n and rows % n:
+            raise ValueError("alltoall of %r: set rank %d's first dimension %d does not divide by %d ranks; pass "
+                             "splits" % (core_name, rank_index, rows, n))
+        if len(sent) != n or sum(sent) != rows or min(sent) < 0:
+            raise ValueError("alltoall of %r: set rank %d gave splits %s; they must have %d non-negative entries "
+                             "summing to the first dimension %d" % (core_name, rank_index, sent, n, rows))
+    return [row[1 + me] for row in table]
+
+
 def alltoall(tensor, split_list, splits_dtype, core_name, process_set):
     src = _contiguous(tensor)
-    ps_id = _handles.process_set_id(process_set)
-    n, _ = _set_size_and_index(process_set)
+    received = received_splits(core_name, src.shape[0], split_list, process_set)
     if split_list is None:
-        if src.shape[0] % n:
-            raise ValueError("alltoall of %r: the first dimension %d does not divide by %d ranks; pass splits"
-                             % (core_name, src.shape[0], n))
-        split_list = [src.shape[0] // n] * n
-    if len(split_list) != n or sum(split_list) != src.shape[0] or min(split_list) < 0:
-        raise ValueError("alltoall of %r: splits %s must have %d non-negative entries summing to the first "
-                         "dimension %d" % (core_name, split_list, n, src.shape[0]))
-    # Rank i's row j: what i sends to j. This rank receives column `me` of that matrix.
-    matrix = _host_allgather_int64(core_name + ".splits", split_list, ps_id)
-    _, me = _set_size_and_index(process_set)
-    received = [row[me] for row in matrix]
+        split_list = [src.shape[0] // len(received)] * len(received)
     out = torch.empty((sum(received),) + tuple(src.shape[1:]), dtype=src.dtype, device=src.device)
-    handle = _enqueue(_ops.OP_ALLTOALL, core_name, src, out, src.shape, ps_id, splits=split_list)
-    received_splits = torch.as_tensor(received, dtype=splits_dtype)
-    return _handles.register(handle, (src, out), lambda _results: (out, received_splits))
+    handle = _enqueue(_ops.OP_ALLTOALL, core_name, src, out, src.shape, _handles.process_set_id(process_set),
+                      splits=split_list)
+    received_splits_tensor = torch.as_tensor(received, dtype=splits_dtype)
+    return _handles.register(handle, (src, out), lambda _results: (out, received_splits_tensor))
 
 
 def reducescatter(tensor, core_name, op, prescale, postscale, process_set):

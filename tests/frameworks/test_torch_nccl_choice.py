@@ -86,3 +86,38 @@ def test_auto_mode_agrees_across_ranks_and_stages_silently_without_nccl(identiti
             assert forced.startswith("NCCL data plane unavailable:") and "HOROVOD_GPU_BROADCAST asks for NCCL" in forced
         assert caught == []
     assert "Warning" not in err.getvalue(), err.getvalue()
+
+
+def _alltoall_splits(cases):
+    import horovod_spark.torch as hvd
+    from horovod_spark.common.process_sets import global_process_set
+    from horovod_spark.torch import _nccl
+
+    hvd.init()
+    try:
+        out = []
+        for i, per_rank in enumerate(cases):
+            dim0, splits = per_rank[hvd.rank()]
+            try:
+                out.append(_nccl.received_splits("a2a.%d" % i, dim0, splits, global_process_set))
+            except ValueError as exc:
+                out.append(str(exc))
+        return out
+    finally:
+        hvd.shutdown()
+
+
+def test_alltoall_agrees_on_received_splits_and_refuses_bad_ones_on_every_rank():
+    cases = [
+        [(3, [1, 2]), (5, [4, 1])],  # rank 0 sends 1 row to itself and 2 to rank 1 ...
+        [(4, None), (6, None)],      # even splits
+        [(3, None), (4, None)],      # rank 0's 3 rows do not split over 2 ranks
+        [(3, [1, 2]), (5, [4, 2])],  # rank 1's splits sum to 6, not 5
+    ]
+    results = run_local(_alltoall_splits, args=(cases,), num_proc=2, timeout=120)
+    assert results[0][:2] == [[1, 4], [2, 3]] and results[1][:2] == [[2, 1], [2, 3]]
+    for rank_results in results:
+        assert rank_results[2] == ("alltoall of 'a2a.2': set rank 0's first dimension 3 does not divide by 2 ranks; "
+                                   "pass splits")
+        assert rank_results[3] == ("alltoall of 'a2a.3': set rank 1 gave splits [4, 2]; they must have 2 non-negative "
+                                   "entries summing to the first dimension 5")
