@@ -34,16 +34,14 @@ sources = sorted(glob.glob("native/**/*.cc", recursive=True))
 def gpu_header_dirs():
     """Where nccl.h and cuda_runtime_api.h are, when both are: the build then checks the NCCL data
     plane's own declarations of their interfaces (native/gpu/gpu_abi.h) against them. Neither is
-    needed: libnccl and libcudart are opened at run time. HOROVOD_SPARK_NCCL_INCLUDE and CUDA_HOME
-    (else /usr/local/cuda) point at them; the nvidia-nccl-cu12 wheel's include directory is found
-    when that package is installed."""
-    nccl = os.environ.get("HOROVOD_SPARK_NCCL_INCLUDE")
-    if not nccl:
-        try:
-            import nvidia.nccl  # noqa: F401 - only its location is wanted
-            nccl = os.path.join(list(nvidia.nccl.__path__)[0], "include")
-        except ImportError:
-            return []
+    needed: libnccl and libcudart are opened at run time. nccl.h comes from the nvidia-nccl-cu12
+    package (which a CUDA build of torch installs), cuda_runtime_api.h from $CUDA_HOME/include
+    (default /usr/local/cuda)."""
+    try:
+        import nvidia.nccl
+    except ImportError:
+        return []
+    nccl = os.path.join(list(nvidia.nccl.__path__)[0], "include")
     cuda = os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "include")
     found = [d for d, header in ((nccl, "nccl.h"), (cuda, "cuda_runtime_api.h"))
              if os.path.isfile(os.path.join(d, header))]

@@ -14,6 +14,10 @@ from horovod_spark.common import _core, config
 
 _KINDS = {"allreduce": config.GPU_ALLREDUCE, "allgather": config.GPU_ALLGATHER, "broadcast": config.GPU_BROADCAST,
           "alltoall": config.GPU_ALLTOALL, "reducescatter": config.GPU_REDUCESCATTER}
+# (Spelled out, so that each variable's reader can be found in the code.)
+_OWN_MODE = {"allreduce": lambda: config.GPU_ALLREDUCE.get(), "allgather": lambda: config.GPU_ALLGATHER.get(),
+             "broadcast": lambda: config.GPU_BROADCAST.get(), "alltoall": lambda: config.GPU_ALLTOALL.get(),
+             "reducescatter": lambda: config.GPU_REDUCESCATTER.get()}
 _lock = threading.Lock()
 _reason = None
 
@@ -77,10 +81,15 @@ def info():
     return _core.gpu_info()
 
 
+def variable(kind):
+    """The variable that chooses for ``kind`` alone (HOROVOD_GPU_ALLREDUCE ...)."""
+    return _KINDS[kind]
+
+
 def mode(kind):
     """"nccl", "host" or "auto" for collectives of ``kind`` ("allreduce" ... "reducescatter") on
     CUDA tensors: the kind's own variable (HOROVOD_GPU_ALLREDUCE ...), else HOROVOD_GPU_OPERATIONS."""
-    own = _KINDS[kind].get()
+    own = _OWN_MODE[kind]()
     return own if own is not None else config.GPU_OPERATIONS.get()
 
 

@@ -1,8 +1,9 @@
 """Collectives on CUDA tensors through the NCCL data plane (native/gpu/nccl_plane.h).
 
 ``chosen(kind, ...)`` decides per collective whether a CUDA tensor goes to NCCL or to host staging
-(``_staging``): ``HOROVOD_GPU_OPERATIONS`` / ``HOROVOD_GPU_<KIND>`` = host never uses NCCL, nccl
-always does (or raises the reason it cannot), auto uses it where every rank of the process set can:
+(``_staging``). ``HOROVOD_GPU_OPERATIONS`` (or the kind's own ``HOROVOD_GPU_ALLREDUCE`` ...) = host
+never uses NCCL, nccl always does (or raises the reason it cannot), auto uses it where every rank
+of the process set can:
 the first auto-mode CUDA collective of a set on each rank runs one small host allgather in which
 every rank says whether NCCL loaded and which GPU it uses (host name and device UUID); NCCL is then
 used for the set iff it loaded everywhere and no two ranks share a GPU (NCCL refuses that). Ops NCCL
@@ -22,7 +23,7 @@ import threading
 import numpy as np
 import torch
 
-from horovod_spark.common import _core, nccl
+from horovod_spark.common import _core, config, nccl
 from horovod_spark.common import ops as _ops
 from horovod_spark.common.process_sets import global_process_set, root_index
 from horovod_spark.torch import _buffers, _handles
@@ -62,7 +63,8 @@ def decide(kind, dtype_code, op_code, prescale, postscale, process_set, identity
     if mode == "nccl":
         reason = nccl.unavailable_reason()
         if reason:
-            raise RuntimeError("%s\n(HOROVOD_GPU_OPERATIONS or HOROVOD_GPU_%s asks for NCCL.)" % (reason, kind.upper()))
+            raise RuntimeError("%s\n(%s or %s asks for NCCL.)" % (reason, config.GPU_OPERATIONS.name,
+                                                                  nccl.variable(kind).name))
         return True
     return _agree(process_set, identity)
 

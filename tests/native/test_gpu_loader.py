@@ -83,9 +83,6 @@ def test_the_data_plane_compiles_without_any_cuda_or_nccl_header():
 
 
 def _nccl_include():
-    explicit = os.environ.get("HOROVOD_SPARK_NCCL_INCLUDE")
-    if explicit:
-        return explicit
     try:
         import nvidia.nccl
     except ImportError:
@@ -99,7 +96,7 @@ CUDA_INCLUDE = os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "inc
 
 @pytest.mark.skipif(_compiler() is None, reason="no C++ compiler (g++, or $CXX)")
 @pytest.mark.skipif(NCCL_INCLUDE is None or not os.path.isfile(os.path.join(NCCL_INCLUDE, "nccl.h")),
-                    reason="no nccl.h: install nvidia-nccl-cu12 or set HOROVOD_SPARK_NCCL_INCLUDE to its include dir")
+                    reason="no nccl.h: the nvidia-nccl-cu12 package is not installed")
 @pytest.mark.skipif(not os.path.isfile(os.path.join(CUDA_INCLUDE, "cuda_runtime_api.h")),
                     reason="no cuda_runtime_api.h under $CUDA_HOME/include (default /usr/local/cuda)")
 def test_the_data_plane_declarations_match_the_real_headers():
