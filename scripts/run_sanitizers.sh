@@ -126,7 +126,7 @@ for v in "${variants[@]}"; do
   t=$(now)
   run "$v" "$dir/test_reduce"
   run "$v" "$dir/test_collectives" --quick
-  for scenario in collectives hierarchical cached_lane join process_sets threads failures links death; do
+  for scenario in collectives hierarchical cached_lane join process_sets threads failures links device death; do
     run "$v" "$dir/test_engine" "$scenario"
   done
   echo "$v: tests ran in $(elapsed "$t")"
