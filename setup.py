@@ -30,10 +30,30 @@ EXTRAS_REQUIRE = {
 }
 sources = sorted(glob.glob("native/**/*.cc", recursive=True))
 
+
+def gpu_header_dirs():
+    """Where nccl.h and cuda_runtime_api.h are, when both are: the build then checks the NCCL data
+    plane's own declarations of their interfaces (native/gpu/gpu_abi.h) against them. Neither is
+    needed: libnccl and libcudart are opened at run time. nccl.h comes from the nvidia-nccl-cu12
+    package (which a CUDA build of torch installs), cuda_runtime_api.h from $CUDA_HOME/include
+    (default /usr/local/cuda)."""
+    try:
+        import nvidia.nccl
+    except ImportError:
+        return []
+    nccl = os.path.join(list(nvidia.nccl.__path__)[0], "include")
+    cuda = os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "include")
+    found = [d for d, header in ((nccl, "nccl.h"), (cuda, "cuda_runtime_api.h"))
+             if os.path.isfile(os.path.join(d, header))]
+    return found if len(found) == 2 else []
+
+
+GPU_HEADERS = gpu_header_dirs()
 core = Pybind11Extension(
     "horovod_spark.common._core",
     sources,
-    include_dirs=["native"],
+    include_dirs=["native"] + GPU_HEADERS,
+    define_macros=[("HS_CHECK_GPU_ABI", "1")] if GPU_HEADERS else [],
     cxx_std=17,
     extra_compile_args=["-O3", "-fvisibility=hidden", "-Wall", "-Wno-unused-function"],
     extra_link_args=["-pthread", "-lrt", "-ldl"],

@@ -1,14 +1,14 @@
 #!/usr/bin/env python
-"""CUDA tensors: horovod_spark (host staging) vs torch.distributed, in one run on one machine.
+"""CUDA tensors: horovod_spark vs torch.distributed, in one run on one machine.
 
     python benchmarks/gpu.py                      # 4 MiB and 256 MiB, float32 and float16, + a training step
     python benchmarks/gpu.py --steps 10 --sizes 4M
 
 Runs, each started the way its users start it, on the machine's first GPU:
 
-    1 rank   horovod-spark-run -np 1  vs  torchrun, NCCL
-    2 ranks  horovod-spark-run -np 2  vs  torchrun, gloo with CUDA tensors (both ranks share the GPU:
-             NCCL refuses two ranks on one device)
+    1 rank   horovod-spark-run -np 1 (its NCCL data plane)  vs  torchrun, NCCL
+    2 ranks  horovod-spark-run -np 2 (host staging)  vs  torchrun, gloo with CUDA tensors (both
+             ranks share the GPU: NCCL refuses two ranks on one device)
 
 and measures an allreduce of each size and dtype (median ms of the slowest rank, the result on the
 device) and a training step of a small ResNet (batch 64 of 32x32 images): DistributedOptimizer vs

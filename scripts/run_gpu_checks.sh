@@ -10,6 +10,11 @@
 # .venv has CPU builds of torch and TensorFlow, so on a GPU machine give the interpreter that has
 # the CUDA builds. --no-build keeps an existing horovod_spark/common/_core*.so.
 #
+# NCCL: a CUDA build of torch brings nvidia-nccl-cu12, so the build checks the core's NCCL
+# declarations against its nccl.h and the NCCL data plane loads its libnccl.so.2. NCCL refuses two
+# ranks on one GPU, so on a one-GPU machine tests/gpu/test_torch_nccl.py runs NCCL with one rank,
+# and the two-rank tests (test_torch_cuda.py, the shared-GPU cases) take the host-staged path.
+#
 # Without a CUDA device everything still runs: the GPU tests skip, each with its reason, and the
 # benchmark says it skipped; the script then ends with "GPU checks: SKIPPED (no CUDA device)" and
 # exit code 0. It exits non-zero when a test or the benchmark fails.
@@ -42,7 +47,8 @@ echo "== horovod-spark-run --check-build"
 echo "== tests"
 status=0
 "$py" -m pytest -q -rs -p no:cacheprovider tests/gpu tests/frameworks/test_gpu_flags.py \
-  tests/frameworks/test_torch_staging.py tests/estimator/test_rank_device.py || status=$?
+  tests/frameworks/test_torch_staging.py tests/estimator/test_rank_device.py \
+  tests/frameworks/test_torch_nccl_choice.py tests/native/test_gpu_loader.py || status=$?
 
 echo "== benchmarks/gpu.py"
 bench_out=$("$py" benchmarks/gpu.py) || status=$?

@@ -47,7 +47,7 @@ build() {  # $1 = variant, $2 = what to make, $3 = extra flags; make tracks depe
   mkdir -p "$out"
   make --no-print-directory -s -j "$jobs" -f - OUT="$out" CXX="$CXX" \
     CXXFLAGS="-std=c++17 -O1 -g -pthread -Wall -Inative -Itests/native ${flags[$1]} ${3:-}" "$2" <<'MAKE'
-core := $(wildcard native/common/*.cc native/collectives/*.cc native/engine/*.cc native/transport/*.cc)
+core := $(wildcard native/common/*.cc native/collectives/*.cc native/engine/*.cc native/transport/*.cc native/gpu/*.cc)
 kernels := $(wildcard native/common/*.cc native/collectives/*.cc)
 engine_tests := tests/native/test_engine.cc $(wildcard tests/native/engine_*.cc)
 obj = $(patsubst %.cc,$(OUT)/%.o,$(1))
@@ -126,7 +126,7 @@ for v in "${variants[@]}"; do
   t=$(now)
   run "$v" "$dir/test_reduce"
   run "$v" "$dir/test_collectives" --quick
-  for scenario in collectives hierarchical cached_lane join process_sets threads failures links autotune death; do
+  for scenario in collectives hierarchical cached_lane join process_sets threads failures links autotune device death; do
     run "$v" "$dir/test_engine" "$scenario"
   done
   echo "$v: tests ran in $(elapsed "$t")"

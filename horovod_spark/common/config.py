@@ -320,6 +320,24 @@ AUTOTUNE_STEPS_PER_SAMPLE = _define("HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE", whole_n
                                     "HOROVOD_AUTOTUNE: the fewest engine cycles (coordinator passes that ran "
                                     "collectives) in one sample; a sample also lasts at least 0.1 s.", read_by=CORE)
 
+# -- collectives on CUDA tensors (horovod_spark.common.nccl) --------------------------------------------
+GPU_CHOICE = choice("nccl", "host", "auto", synonyms={"mpi": "host", "gloo": "host"})
+_GPU_OPS = ("How collectives on CUDA tensors run: nccl on the GPU through NVIDIA's NCCL (an error names what is "
+            "missing where it cannot), host staged through host memory to the CPU core (mpi and gloo, Horovod's "
+            "CPU data planes, mean the same), auto (or unset) NCCL where every rank of the process set can run it "
+            "on a GPU of its own, host otherwise. Set it alike on every rank.")
+GPU_OPERATIONS = _define("HOROVOD_GPU_OPERATIONS", GPU_CHOICE, "auto", _GPU_OPS)
+_GPU_ONE_OP = "Overrides HOROVOD_GPU_OPERATIONS for %s on CUDA tensors; the same values."
+GPU_ALLREDUCE = _define("HOROVOD_GPU_ALLREDUCE", GPU_CHOICE, None, _GPU_ONE_OP % "allreduce")
+GPU_ALLGATHER = _define("HOROVOD_GPU_ALLGATHER", GPU_CHOICE, None, _GPU_ONE_OP % "allgather")
+GPU_BROADCAST = _define("HOROVOD_GPU_BROADCAST", GPU_CHOICE, None, _GPU_ONE_OP % "broadcast")
+GPU_ALLTOALL = _define("HOROVOD_GPU_ALLTOALL", GPU_CHOICE, None, _GPU_ONE_OP % "alltoall")
+GPU_REDUCESCATTER = _define("HOROVOD_GPU_REDUCESCATTER", GPU_CHOICE, None, _GPU_ONE_OP % "reducescatter")
+NCCL_LIBRARY = _define("HOROVOD_SPARK_NCCL_LIBRARY", text("the path of libnccl.so.2"), None,
+                       "The NCCL library to load when this process has none loaded yet (a CUDA build of torch "
+                       "loads its own, which is then used); tried before the nvidia-nccl-cu12 package's and the "
+                       "system's.")
+
 # -- horovod_spark.run on the Spark driver ---------------------------------------------------------
 SPARK_START_TIMEOUT = _define("HOROVOD_SPARK_START_TIMEOUT", seconds(0, above=True, example="600"), 600.0,
                               "horovod_spark.run's start_timeout when the argument is not given: how long every "

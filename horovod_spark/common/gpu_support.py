@@ -9,9 +9,12 @@ Meanings (the same in ``horovod_spark.common.basics``, ``.torch``, ``.tensorflow
   TensorFlow: TF's own copies into and out of the host op). Says nothing about a device being
   present; that is ``gpu_available()``.
 - ``gpu_available()``: ``cuda_built()`` and this process sees at least one CUDA device.
-- ``nccl_built()``: collectives on device memory run over NCCL. True only with an NCCL data plane
-  compiled into the core and libnccl.so.2 loadable; the core has no NCCL data plane, so it is
-  False, and CUDA tensors always take host staging.
+- ``nccl_built()``: collectives on torch's CUDA tensors can run over NCCL: torch was built with CUDA
+  and the core's NCCL data plane opened libcudart and libnccl.so.2 (``horovod_spark.common.nccl``;
+  the core itself needs neither to build or import). TensorFlow's GPU tensors always take host
+  staging, so it is False for "tensorflow".
+- ``nccl_available()``: ``nccl_built()`` and a CUDA device is visible, so NCCL can run here now.
+  Whether a collective uses it is ``HOROVOD_GPU_OPERATIONS``'s choice (``horovod_spark.torch._nccl``).
 
 Functions taking ``framework`` accept "torch" or "tensorflow"; None means any installed one. Each
 imports only the framework it is asked about (``horovod_spark.tensorflow`` never imports torch).
@@ -82,7 +85,16 @@ def gpu_available(framework=None) -> bool:
     return any(_device_count_one(name) > 0 for name in _names(framework))
 
 
+def _nccl_loaded(need_device):
+    from horovod_spark.common import nccl  # (imports the core only when asked)
+    return nccl.available() if need_device else nccl.libraries_loaded()
+
+
 def nccl_built(framework=None) -> bool:
-    """False: the core has no NCCL data plane (see the module doc)."""
-    _names(framework)  # still refuse an unknown framework name
-    return False
+    """True when collectives on the framework's CUDA tensors can run over NCCL (see the module doc)."""
+    return "torch" in _names(framework) and _cuda_built_one("torch") and _nccl_loaded(False)
+
+
+def nccl_available(framework=None) -> bool:
+    """True when ``nccl_built(framework)`` and a CUDA device is visible (see the module doc)."""
+    return "torch" in _names(framework) and _cuda_built_one("torch") and _nccl_loaded(True)

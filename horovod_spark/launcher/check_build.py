@@ -59,4 +59,9 @@ def report() -> str:
         devices = gpu_support.device_count(name) if built else 0
         lines.append("    %s CUDA tensors in %s (host staging)%s"
                      % (_box(built), label, ", %d device(s) visible" % devices if built else ""))
+    if gpu_support.cuda_built("torch"):
+        from horovod_spark.common import nccl
+        reason = nccl.unavailable_reason()
+        lines.append("    %s NCCL data plane for PyTorch's CUDA tensors" % _box(not reason))
+        lines += ["        " + line for line in reason.splitlines()[1:]]
     return "\n".join(lines) + "\n"

@@ -2,13 +2,14 @@
 from horovod_spark.common import basics as _basics
 from horovod_spark.common import ops as _core
 from horovod_spark.common.process_sets import global_process_set
-from horovod_spark.torch import _handles
+from horovod_spark.torch import _handles, _nccl
 
 
 def init(*args, **kwargs):
     """Start the core (``init(comm=None, process_sets=None)``, as ``horovod.torch.init``)."""
     # Handles and unnamed-op counters from an earlier session would not match a fresh core's.
     _handles.reset()
+    _nccl.reset()
     return _basics.init(*args, **kwargs)
 
 
@@ -18,6 +19,7 @@ def shutdown(*args, **kwargs):
         return _basics.shutdown(*args, **kwargs)
     finally:
         _handles.reset()
+        _nccl.reset()
 
 
 def join(device=-1):

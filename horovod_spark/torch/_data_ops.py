@@ -7,7 +7,7 @@ import torch
 
 from horovod_spark.common import ops as _core
 from horovod_spark.common.process_sets import global_process_set, root_index
-from horovod_spark.torch import _buffers, _handles, _staging
+from horovod_spark.torch import _buffers, _handles, _nccl, _staging
 
 
 def _check_allgather(tensor):
@@ -26,6 +26,8 @@ def allgather_async(tensor, name=None, process_set=global_process_set):
     """Start concatenating every rank's ``tensor`` along dim 0 (which may differ per rank)."""
     dtype = _check_allgather(tensor)
     core_name = _handles.op_name("allgather", name, process_set)
+    if tensor.is_cuda and _nccl.chosen("allgather", tensor, process_set):
+        return _nccl.allgather(tensor, core_name, process_set)
     stage = _staging.begin(tensor.device)
     src = stage.host(tensor)
     core_handle = stage.submit(_enqueue_allgather(src, core_name, dtype, _handles.process_set_id(process_set)))
@@ -66,6 +68,8 @@ def _launch_broadcast(tensor, inplace, root_rank, name, process_set):
     ps_id = _handles.process_set_id(process_set)
     root = root_index(root_rank, process_set)  # the core counts the root within the set
     core_name = _handles.op_name("broadcast", name, process_set)
+    if tensor.is_cuda and _nccl.chosen("broadcast", tensor, process_set):
+        return _nccl.broadcast(tensor, inplace, root_rank, core_name, process_set)
     stage = _staging.begin(tensor.device)
     src = stage.host(tensor)
     out = src if inplace else stage.host_empty(src)
@@ -117,14 +121,16 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
                          "dimension")
     split_list = _splits_list(splits)
     core_name = _handles.op_name("alltoall", name, process_set)
+    # As in Horovod: received splits take the dtype of the splits tensor given, else int32, and
+    # stay on the CPU.
+    splits_dtype = splits.dtype if isinstance(splits, torch.Tensor) else torch.int32
+    if tensor.is_cuda and _nccl.chosen("alltoall", tensor, process_set):
+        return _nccl.alltoall(tensor, split_list, splits_dtype, core_name, process_set)
     ps_id = _handles.process_set_id(process_set)
     stage = _staging.begin(tensor.device)
     src = stage.host(tensor)
     core_handle = stage.submit(lambda: _core.alltoall_async(core_name, src.data_ptr(), dtype, tuple(src.shape),
                                                             split_list, ps_id))
-    # As in Horovod: received splits take the dtype of the splits tensor given, else int32, and
-    # stay on the CPU.
-    splits_dtype = splits.dtype if isinstance(splits, torch.Tensor) else torch.int32
     out_dtype = tensor.dtype
 
     def finish(results):

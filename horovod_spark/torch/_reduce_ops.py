@@ -9,7 +9,7 @@ import torch
 
 from horovod_spark.common import ops as _core
 from horovod_spark.common.process_sets import global_process_set
-from horovod_spark.torch import _buffers, _handles, _staging
+from horovod_spark.torch import _buffers, _handles, _nccl, _staging
 from horovod_spark.torch._data_ops import allgather_async
 from horovod_spark.torch._handles import synchronize
 
@@ -82,6 +82,8 @@ def _launch_allreduce(tensor, inplace, name, op, prescale_factor, postscale_fact
     dtype = _buffers.check_tensor(tensor)
     code = core_op(op)
     core_name = _handles.op_name("allreduce", name, process_set)
+    if tensor.is_cuda and _nccl.chosen("allreduce", tensor, process_set, code, prescale_factor, postscale_factor):
+        return _nccl.allreduce(tensor, inplace, core_name, code, prescale_factor, postscale_factor, process_set)
     ps_id = _handles.process_set_id(process_set)
     stage = _staging.begin(tensor.device)
     src = stage.host(tensor)
@@ -214,6 +216,9 @@ def reducescatter_async(tensor, name=None, op=Average, process_set=global_proces
     the remainder of an uneven split)."""
     checked = _check_reducescatter(tensor, op)
     core_name = _handles.op_name("reducescatter", name, process_set)
+    if tensor.is_cuda and _nccl.chosen("reducescatter", tensor, process_set, checked[1], prescale_factor,
+                                       postscale_factor):
+        return _nccl.reducescatter(tensor, core_name, checked[1], prescale_factor, postscale_factor, process_set)
     stage = _staging.begin(tensor.device)
     src = stage.host(tensor)
     core_handle = stage.submit(_enqueue_reducescatter(src, core_name, checked, prescale_factor, postscale_factor,

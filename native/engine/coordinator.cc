@@ -210,6 +210,13 @@ void Coordinator::validate(const Pending& p, const std::vector<int32_t>& ranks, 
   };
   for (const auto& [r, m] : p.by_rank) {
     if (m.type != first.type) return mismatch("operation", r, op_type_name(first.type), op_type_name(m.type));
+    if (m.device != first.device) {
+      out->error = std::string(op) + " of '" + first.name + "': rank " + std::to_string(first.device ? first_rank : r) +
+                   " runs it on the GPU through NCCL, rank " + std::to_string(first.device ? r : first_rank) +
+                   " through host memory. NCCL must be usable on every rank or on none: set HOROVOD_GPU_OPERATIONS "
+                   "alike on every rank (HOST stages through host memory everywhere)";
+      return;
+    }
     if (m.dtype != first.dtype) return mismatch("data type", r, dtype_name(first.dtype), dtype_name(m.dtype));
     // (before the shape: a packed group's shape is its members' total)
     if (first.type == OpType::kAllreduce && m.splits != first.splits)
@@ -244,6 +251,11 @@ void Coordinator::validate(const Pending& p, const std::vector<int32_t>& ranks, 
       return mismatch("process set id", r, std::to_string(first.root), std::to_string(m.root));
   }
   int n = static_cast<int>(ranks.size());
+  if (first.device && first.process_set == 0 && !joined_.empty()) {
+    out->error = std::string(op) + " of '" + first.name + "' cannot run on the GPU through NCCL after a rank called "
+                 "join(); set HOROVOD_GPU_OPERATIONS=HOST to use join() with CUDA tensors";
+    return;
+  }
   // As in Horovod, only reductions go on while ranks have joined (they contribute zeros): an
   // allgather or a broadcast fails with a RuntimeError on the ranks that did not join.
   if (first.process_set == 0 && !joined_.empty() &&
@@ -376,6 +388,7 @@ Response Coordinator::build_response(const std::string& k, Pending& p) {
   r.type = first.type;
   r.names = {first.name};
   r.dtype = first.dtype;
+  r.device = first.device;
   r.op = first.op;
   r.prescale = first.prescale;
   r.postscale = first.postscale;
@@ -437,7 +450,7 @@ void Coordinator::fuse(std::vector<Piece>& in, std::vector<Response>* out) {
     // (Adasum combines each tensor as a vector of its own: see Engine::execute_adasum)
     return a.type == OpType::kAllreduce && b.type == OpType::kAllreduce && a.op != ReduceOp::kAdasum &&
            a.error.empty() && b.error.empty() && a.dtype == b.dtype && a.op == b.op && a.prescale == b.prescale &&
-           a.postscale == b.postscale && a.process_set == b.process_set;
+           a.postscale == b.postscale && a.process_set == b.process_set && a.device == b.device;
   };
   // A lane piece is read in place from the cache: one copy per fused response, not per tensor.
   auto view = [&](const Piece& p) -> const Response& {

@@ -371,7 +371,7 @@ bool Engine::try_speculate(const TensorRequest& req, int32_t cache_id) {
       host_groups(0, OpType::kAllreduce))
     return false;
   if (m.type != OpType::kAllreduce || m.process_set != 0 || !req.members.empty() || m.prescale != 1.0 ||
-      m.op == ReduceOp::kAdasum)
+      m.op == ReduceOp::kAdasum || m.device)
     return false;
   size_t bytes = static_cast<size_t>(m.num_elements()) * dtype_size(m.dtype);
   if (bytes == 0 || bytes > tuning::kDirectReduceBytes || !transport_.can_send_unread(bytes)) return false;

@@ -23,6 +23,7 @@
 #include "engine/handle_table.h"
 #include "engine/message.h"
 #include "engine/timeline.h"
+#include "gpu/nccl_plane.h"
 #include "transport/transport.h"
 
 namespace hs {
@@ -46,6 +47,10 @@ struct TensorRequest {
   int64_t handle = 0;
   int64_t enqueued_us = 0;
   bool caller_waits = false;  // submitted through run(): nothing else from that thread meanwhile
+  // meta.device requests: the CUDA device holding in/out, and the caller's cudaStream_t, whose
+  // queued work the collective waits for and whose later work waits for the collective.
+  int32_t device = -1;
+  uintptr_t stream = 0;
   std::string key;            // "<process set>/<name>", set by enqueue()
 };
 
@@ -110,6 +115,7 @@ class Engine {
     std::atomic<int64_t> speculative_done{0};  // ... that then completed with no response at all
     std::atomic<int64_t> hierarchical_allreduces{0};  // allreduces run in two levels (hierarchical.h)
     std::atomic<int64_t> hierarchical_allgathers{0};  // allgathers run in two levels
+    std::atomic<int64_t> nccl_collectives{0};  // responses the NCCL data plane ran (device memory)
   };
   Stats& stats() { return stats_; }
   // Autotune's setting in force on this rank and where rank 0's search is (engine_tuning.cc).
@@ -149,6 +155,8 @@ class Engine {
   void execute_broadcast(const Response& r, Group& g);
   void execute_alltoall(const Response& r, Group& g);
   void execute_reducescatter(const Response& r, Group& g);
+  // device_executor.cc: a meta.device response, run by the NCCL data plane.
+  void execute_on_device(const Response& r, Group& g);
   void remember_cacheable(const Response& r);
   // engine_tuning.cc: rank 0 scores a cycle that ran `responses` (or `bytes`) and, when autotune
   // moves to another setting, applies it and sends it to every rank; the others take it here.
@@ -204,6 +212,7 @@ class Engine {
   std::map<int32_t, std::unique_ptr<Group>> groups_;
   std::map<int32_t, std::unique_ptr<HostGroups>> host_groups_;
   uintptr_t mpi_comm_ = 0;
+  std::unique_ptr<gpu::NcclPlane> nccl_;  // made by the first device response
   // Response-cache ids this rank knows, by tensor key; a few signatures per key (the same name
   // used with different shapes or ops), compared field by field: no serialization per request.
   struct KnownRequest {

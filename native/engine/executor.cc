@@ -122,6 +122,7 @@ void Engine::execute(const Response& r) {
     }
   Group& g = *git->second;
   try {
+    if (r.device) return execute_on_device(r, g);
     switch (r.type) {
       case OpType::kAllreduce: execute_allreduce(r, g); break;
       case OpType::kAllgather: execute_allgather(r, g); break;

@@ -52,6 +52,7 @@ void Engine::add_group(int32_t process_set, const std::vector<int32_t>& ranks) {
 
 void Engine::remove_group(int32_t process_set) {
   groups_.erase(process_set);
+  if (nccl_) nccl_->forget(process_set);
   std::lock_guard<std::mutex> lock(queue_mu_);
   host_groups_.erase(process_set);
   hierarchical_.erase(process_set);

@@ -58,6 +58,7 @@ void RequestMeta::write(WireWriter& w) const {
   w.put<double>(postscale);
   w.put<int32_t>(process_set);
   w.put_vec(splits);
+  w.put<uint8_t>(device ? 1 : 0);
 }
 
 RequestMeta RequestMeta::read(WireReader& r) {
@@ -72,6 +73,7 @@ RequestMeta RequestMeta::read(WireReader& r) {
   m.postscale = r.get<double>();
   m.process_set = r.get<int32_t>();
   m.splits = r.get_vec<int64_t>();
+  m.device = r.get<uint8_t>() != 0;
   return m;
 }
 
@@ -100,6 +102,7 @@ void Response::write(WireWriter& w) const {
   w.put_vec(cache_ids);
   w.put_vec(presend);
   w.put_vec(presend_bytes);
+  w.put<uint8_t>(device ? 1 : 0);
 }
 
 Response Response::read(WireReader& r) {
@@ -122,6 +125,7 @@ Response Response::read(WireReader& r) {
   x.cache_ids = r.get_vec<int32_t>();
   x.presend = r.get_vec<int32_t>();
   x.presend_bytes = r.get_vec<int64_t>();
+  x.device = r.get<uint8_t>() != 0;
   return x;
 }
 

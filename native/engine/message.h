@@ -40,6 +40,9 @@ struct RequestMeta {
   // alltoall send splits (dim 0), process-set ranks, or a packed group's member shapes (see
   // append_member_shape; an allreduce with splits is a packed group).
   std::vector<int64_t> splits;
+  // On a GPU through the NCCL data plane (gpu/nccl_plane.h) rather than in host memory: every rank
+  // must agree, and such requests fuse only with each other.
+  bool device = false;
   int64_t num_elements() const;
   // Fields whose equality across ranks the coordinator checks (and that key the response cache).
   std::string signature() const;
@@ -47,7 +50,7 @@ struct RequestMeta {
   bool same_signature(const RequestMeta& o) const {
     return type == o.type && dtype == o.dtype && root == o.root && op == o.op && prescale == o.prescale &&
            postscale == o.postscale && process_set == o.process_set && shape == o.shape && name == o.name &&
-           splits == o.splits;
+           splits == o.splits && device == o.device;
   }
   void write(WireWriter& w) const;
   static RequestMeta read(WireReader& r);
@@ -78,6 +81,7 @@ struct Response {
   std::vector<int32_t> presend;
   std::vector<int64_t> presend_bytes;
   bool all_cached = false;         // not sent: every part was a cache hit (compact encoding)
+  bool device = false;             // run by the NCCL data plane (RequestMeta::device)
   size_t tensor_bytes(size_t i) const;
   void write(WireWriter& w) const;
   static Response read(WireReader& r);

@@ -13,6 +13,8 @@
 #include "common/config.h"
 #include "common/errors.h"
 #include "engine/engine.h"
+#include "gpu/gpu_library.h"
+#include "gpu/nccl_plane.h"
 
 namespace py = pybind11;
 using namespace hs;
@@ -104,6 +106,22 @@ int64_t enqueue(int type, const std::string& name, uintptr_t in_ptr, uintptr_t o
                 const std::vector<int64_t>& splits) {
   return engine()->enqueue(
       make_request(type, name, in_ptr, out_ptr, dtype, shape, root, op, prescale, postscale, process_set, splits));
+}
+
+// A collective on CUDA memory for the NCCL data plane (RequestMeta::device): outputs preallocated.
+int64_t enqueue_device(int type, const std::string& name, uintptr_t in_ptr, uintptr_t out_ptr, int dtype,
+                       const std::vector<int64_t>& shape, int root, int op, double prescale, double postscale,
+                       int process_set, const std::vector<int64_t>& splits, int device, uintptr_t stream) {
+  std::string error;
+  if (!gpu::GpuLibrary::attempted(&error) || !error.empty())
+    throw std::runtime_error(error.empty() ? "the NCCL data plane was never loaded (horovod_spark.common.nccl)" : error);
+  if (device < 0) throw std::invalid_argument("device must be a CUDA device index, got " + std::to_string(device));
+  TensorRequest req =
+      make_request(type, name, in_ptr, out_ptr, dtype, shape, root, op, prescale, postscale, process_set, splits);
+  req.meta.device = true;
+  req.device = device;
+  req.stream = stream;
+  return engine()->enqueue(std::move(req));
 }
 
 // Returns (error_kind, message, data, shape, splits, value); data is a numpy uint8 array that owns
@@ -382,6 +400,30 @@ PYBIND11_MODULE(_core, m) {
   m.def("local_rank", [] { return engine()->local_rank(); });
   m.def("local_size", [] { return engine()->local_size(); });
   m.def("enqueue", &enqueue);
+  m.def("enqueue_device", &enqueue_device, "enqueue() for CUDA memory through NCCL, plus device and stream.");
+  m.def(
+      "gpu_load",
+      [](const std::vector<std::string>& cudart, const std::vector<std::string>& nccl) {
+        py::gil_scoped_release nogil;
+        return gpu::GpuLibrary::load(cudart, nccl);
+      },
+      "Open libcudart and libnccl (once per process): '' or why the NCCL data plane cannot run here.");
+  m.def("gpu_info", []() -> py::object {
+    std::string error;
+    if (!gpu::GpuLibrary::attempted(&error)) return py::none();
+    const gpu::GpuLibrary& lib = gpu::GpuLibrary::found();
+    py::dict d;
+    d["error"] = error;
+    d["cudart_path"] = lib.cudart_path;
+    d["nccl_path"] = lib.nccl_path;
+    d["nccl_version"] = lib.nccl_version;
+    d["device_count"] = lib.device_count;
+    return d;
+  });
+  m.def("nccl_supports", [](int dtype, int op, double prescale, double postscale, bool reduces) {
+    if (dtype < 0 || dtype >= kNumDataTypes) throw std::invalid_argument("unknown dtype code");
+    return gpu::nccl_supports(static_cast<DataType>(dtype), static_cast<ReduceOp>(op), prescale, postscale, reduces);
+  });
   m.def(
       "check_names_free",
       [](int32_t process_set, const std::vector<std::string>& names) {
@@ -440,6 +482,7 @@ PYBIND11_MODULE(_core, m) {
     d["speculative_done"] = s.speculative_done.load();
     d["hierarchical_allreduces"] = s.hierarchical_allreduces.load();
     d["hierarchical_allgathers"] = s.hierarchical_allgathers.load();
+    d["nccl_collectives"] = s.nccl_collectives.load();
     return d;
   });
   m.def(

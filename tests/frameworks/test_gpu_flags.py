@@ -10,13 +10,15 @@ import pytest
 import torch
 
 import horovod_spark.torch as hvd
-from horovod_spark.common import basics, gpu_support
+from horovod_spark.common import basics, gpu_support, nccl
 
 
 def test_torch_flags_follow_the_installed_torch():
     assert hvd.cuda_built() is (torch.version.cuda is not None)
     assert hvd.gpu_available() is (hvd.cuda_built() and torch.cuda.is_available())
-    assert hvd.nccl_built() is False  # no NCCL data plane: CUDA tensors take host staging
+    # NCCL needs torch's CUDA build and the libraries opened by the core's loader.
+    assert hvd.nccl_built() is (hvd.cuda_built() and nccl.libraries_loaded())
+    assert gpu_support.nccl_available("torch") is (hvd.cuda_built() and nccl.available())
 
 
 def test_tensorflow_flags_follow_the_installed_tensorflow():
@@ -34,7 +36,8 @@ def test_the_common_flags_answer_for_any_installed_framework():
     expected = any(gpu_support.cuda_built(name) for name in gpu_support.FRAMEWORKS)
     assert basics.cuda_built() is expected
     assert basics.gpu_available() is any(gpu_support.device_count(n) > 0 for n in gpu_support.FRAMEWORKS)
-    assert basics.nccl_built() is False
+    assert basics.nccl_built() is gpu_support.nccl_built("torch")
+    assert gpu_support.nccl_built("tensorflow") is False  # TensorFlow's GPU tensors are always staged
 
 
 def test_an_unknown_framework_is_refused_by_name():
@@ -58,7 +61,9 @@ def test_check_build_prints_what_the_installation_has():
     out = done.stdout
     assert "Available Frameworks:" in out and "Available Tensor Operations:" in out
     assert "    [X] PyTorch" in out
-    assert "    [ ] NCCL" in out
+    assert "    %s NCCL\n" % ("[X]" if hvd.nccl_built() else "[ ]") in out
     box = "[X]" if hvd.cuda_built() else "[ ]"
     assert "    %s CUDA tensors in PyTorch (host staging)" % box in out
+    if hvd.cuda_built():  # then it also says whether NCCL can run, and if not, why
+        assert "    %s NCCL data plane for PyTorch's CUDA tensors" % ("[X]" if nccl.available() else "[ ]") in out
     assert done.stderr == "", "--check-build wrote to stderr: %r" % done.stderr

