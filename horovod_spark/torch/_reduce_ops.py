@@ -24,6 +24,9 @@ _VALID_OPS = {int(o) for o in (Average, Sum, Adasum, Min, Max, Product)}
 # Ops the prechecked blocking path takes (ReduceOp members are ints, so plain ints match too).
 _PLAIN_OP_CODES = {int(o): int(o) for o in (Average, Sum, Min, Max, Product)}
 _CPU_DTYPE_CODES = _buffers.CORE_DTYPE_CODES
+# Bound once for the hot paths: torch's module __getattr__ keeps CPython from caching ``torch.X``.
+_Tensor = torch.Tensor
+_empty_like = torch.empty_like
 
 
 def handle_average_backwards_compatibility(op, average):
@@ -51,7 +54,7 @@ def _plain_codes(tensor, op):
     """(dtype code, op code) when ``tensor`` is a contiguous CPU tensor of a supported dtype and
     ``op`` a plain reduction: all the core's prechecked entry points need. None otherwise: the
     checked path then names the problem."""
-    if not (isinstance(tensor, torch.Tensor) and tensor.is_cpu) or _staging._cpu_through_staging_thread:
+    if not (isinstance(tensor, _Tensor) and tensor.is_cpu) or _staging._cpu_through_staging_thread:
         return None
     dtype_code = _CPU_DTYPE_CODES.get(tensor.dtype)
     try:
@@ -72,7 +75,7 @@ def _enqueue_plain(tensor, inplace, core_name, codes, prescale_factor, postscale
         core_handle = _core.enqueue_allreduce_prechecked(core_name, ptr, ptr, codes[0], tensor.shape, codes[1],
                                                          float(prescale_factor), float(postscale_factor), ps_id)
         return _handles.register_result(core_handle, tensor, None)
-    out = torch.empty_like(tensor)  # (contiguous, as tensor is: empty_like keeps its strides)
+    out = _empty_like(tensor)  # (contiguous, as tensor is: empty_like keeps its strides)
     core_handle = _core.enqueue_allreduce_prechecked(core_name, tensor.data_ptr(), out.data_ptr(), codes[0],
                                                      tensor.shape, codes[1], float(prescale_factor),
                                                      float(postscale_factor), ps_id)
@@ -83,7 +86,7 @@ def allreduce_named_async_(tensor, core_name, name, op, prescale_factor, postsca
     """``allreduce_async_(tensor, name=name, ...)`` for a caller that built the core's name,
     ``"allreduce." + name``, once: DistributedOptimizer, once per gradient per step."""
     # _plain_codes, inlined.
-    if isinstance(tensor, torch.Tensor) and tensor.is_cpu and not _staging._cpu_through_staging_thread:
+    if isinstance(tensor, _Tensor) and tensor.is_cpu and not _staging._cpu_through_staging_thread:
         dtype_code = _CPU_DTYPE_CODES.get(tensor.dtype)
         try:
             code = _PLAIN_OP_CODES.get(op)
@@ -146,7 +149,7 @@ def allreduce_now(tensor, inplace, name, op, prescale_factor, postscale_factor, 
         out = tensor
         in_ptr = out_ptr = tensor.data_ptr()
     else:
-        out = torch.empty_like(tensor)  # (contiguous, as tensor is: empty_like keeps its strides)
+        out = _empty_like(tensor)  # (contiguous, as tensor is: empty_like keeps its strides)
         in_ptr, out_ptr = tensor.data_ptr(), out.data_ptr()
     # torch.Size is a tuple: the binding reads it as the shape directly.
     outcome = _core.run_allreduce_prechecked(core_name, in_ptr, out_ptr, dtype_code, tensor.shape, code,
