@@ -5,15 +5,21 @@
 gradient, synchronize, SGD update) on a model of 16 bias-free 32x32 layers.
 ``torch_only``: the same model's step with a plain ``torch.optim.SGD``, the floor the
 optimizer's count is compared with.
+``optimizer_hooks``: the optimizer's own path alone, with the model's gradients already in place:
+each parameter's post-accumulate-grad hook (what backward calls) and ``synchronize()`` (what
+``step()`` calls before the update); no forward, backward or update.
 """
 import argparse
 
 import torch
 
+KINDS = ("allreduce", "optimizer_step", "torch_only", "optimizer_hooks")
+LAYERS = 16
+
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("kind", choices=("allreduce", "optimizer_step", "torch_only"))
+    p.add_argument("kind", choices=KINDS)
     p.add_argument("calls", type=int)
     args = p.parse_args()
     torch.set_num_threads(1)
@@ -25,16 +31,34 @@ def main():
             hvd.allreduce(t, name="x")
     else:
         torch.manual_seed(0)
-        model = torch.nn.Sequential(*[torch.nn.Linear(32, 32, bias=False) for _ in range(16)])
+        model = torch.nn.Sequential(*[torch.nn.Linear(32, 32, bias=False) for _ in range(LAYERS)])
         opt = torch.optim.SGD(model.parameters(), lr=0.001)
-        if args.kind == "optimizer_step":
+        if args.kind in ("optimizer_step", "optimizer_hooks"):
             opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters())
         x = torch.ones(4, 32)
+        if args.kind == "optimizer_hooks":
+            hooks_only(model, opt, args.calls)
+            hvd.shutdown()
+            return
         for _ in range(args.calls):
             opt.zero_grad()
             model(x).sum().backward()
             opt.step()
     hvd.shutdown()
+
+
+def hooks_only(model, opt, calls):
+    params = list(model.parameters())
+    for p in params:
+        p.grad = torch.ones_like(p)
+    # The hooks DistributedOptimizer registered, called as autograd calls them after accumulating.
+    hooks = [(p, list(p._post_accumulate_grad_hooks.values())) for p in params]
+    for _ in range(calls):
+        for p, param_hooks in hooks:
+            for hook in param_hooks:
+                hook(p)
+        opt.synchronize()
+        opt._synchronized = False  # no step() follows, which would clear it
 
 
 if __name__ == "__main__":

@@ -228,6 +228,8 @@ def wait(handle: int, timeout: Optional[float] = None):
     """Block until the handle completes and return its result (see module doc). The wait happens
     in short slices so Ctrl-C reaches Python."""
     outcome = _core.wait_take(handle, 1.0 if timeout is None else min(1.0, timeout))
+    if outcome is True and handle not in _value_handles:  # the common case, as _result has it
+        return None
     if outcome is None:
         deadline = None if timeout is None else time.monotonic() + timeout - 1.0
         while outcome is None:

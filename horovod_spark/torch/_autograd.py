@@ -7,10 +7,31 @@ that allreduce reduces them with its own op and reducescatter with Sum scales th
 """
 import torch
 from torch.autograd import Function
+from torch.autograd import forward_ad as _forward_ad
 
 from horovod_spark.common import basics
 from horovod_spark.torch import _data_ops, _reduce_ops
 from horovod_spark.torch._handles import synchronize
+
+# Bound once: torch defines a module __getattr__, so CPython does not cache ``torch.X`` look-ups
+# and each one searches torch's large namespace again.
+_functorch_active = torch._C._are_functorch_transforms_active
+_is_grad_enabled = torch.is_grad_enabled
+_Tensor = torch.Tensor
+
+
+def needs_autograd(tensors):
+    """Whether a differentiable collective on ``tensors`` must run through its autograd Function:
+    a plain tensor (not a subclass) that no recorded graph, forward-mode level or functorch
+    transform can see gets the forward's result as it is. ``Function.apply`` costs more than the
+    rest of a small allreduce (its Python prologue, the context object, wrapping the outputs), and
+    gives that same result when nothing records it: the forwards that skip it return new tensors,
+    never an input."""
+    grad_enabled = _is_grad_enabled()
+    for t in tensors:
+        if type(t) is not _Tensor or (grad_enabled and t.requires_grad):
+            return True
+    return _forward_ad._current_level >= 0 or _functorch_active()
 
 
 class HorovodAllreduce(Function):

@@ -107,8 +107,12 @@ def synchronize(handle):
     if entry is None:
         return None
     if type(entry) is tuple:  # from register_result
-        for h in _core_handles([entry[0]]):
-            _core.wait(h)
+        core_handle = entry[0]
+        if type(core_handle) is int:
+            _core.wait(core_handle)
+        else:
+            for h in core_handle.core_handles():
+                _core.wait(h)
         return entry[1]
     results, error = [], None
     # Wait for every part even after one fails, so no part still writes into memory we release.

@@ -6,13 +6,14 @@ ZERO_GRAD_RACE = ("optimizer.zero_grad() was called after loss.backward() but be
                   "or optimizer.synchronize(). This is prohibited as it can cause a race condition.")
 
 
-def on_grad_ready(optimizer_ref, param):
-    """The hook for ``param``: calls ``optimizer._grad_ready(param)`` once its gradient is accumulated.
+def on_grad_ready(optimizer_ref, key):
+    """A parameter's hook: calls ``optimizer._grad_ready(key)`` once its gradient is accumulated
+    (``key``: what the optimizer keeps for that parameter, the parameter itself or its state).
 
     A weak reference: hooks live on the parameters, which may outlive the optimizer; once it is
     collected its hooks fall silent instead of launching allreduces nobody waits for."""
     def hook(_param):
         optimizer = optimizer_ref()
         if optimizer is not None:
-            optimizer._grad_ready(param)
+            optimizer._grad_ready(key)
     return hook

@@ -24,6 +24,9 @@ _VALID_OPS = {int(o) for o in (Average, Sum, Adasum, Min, Max, Product)}
 # Ops the prechecked blocking path takes (ReduceOp members are ints, so plain ints match too).
 _PLAIN_OP_CODES = {int(o): int(o) for o in (Average, Sum, Min, Max, Product)}
 _CPU_DTYPE_CODES = _buffers.CORE_DTYPE_CODES
+# Bound once for the hot paths: torch's module __getattr__ keeps CPython from caching ``torch.X``.
+_Tensor = torch.Tensor
+_empty_like = torch.empty_like
 
 
 def handle_average_backwards_compatibility(op, average):
@@ -51,7 +54,7 @@ def _plain_codes(tensor, op):
     """(dtype code, op code) when ``tensor`` is a contiguous CPU tensor of a supported dtype and
     ``op`` a plain reduction: all the core's prechecked entry points need. None otherwise: the
     checked path then names the problem."""
-    if not (isinstance(tensor, torch.Tensor) and tensor.is_cpu) or _staging.cpu_staged():
+    if not (isinstance(tensor, _Tensor) and tensor.is_cpu) or _staging._cpu_through_staging_thread:
         return None
     dtype_code = _CPU_DTYPE_CODES.get(tensor.dtype)
     try:
@@ -63,22 +66,46 @@ def _plain_codes(tensor, op):
     return dtype_code, code
 
 
+def _enqueue_plain(tensor, inplace, core_name, codes, prescale_factor, postscale_factor, process_set):
+    """The direct path of an async allreduce of a tensor ``_plain_codes`` accepted (``codes``):
+    one call into the core."""
+    ps_id = 0 if process_set is global_process_set else _handles.process_set_id(process_set)
+    if inplace:
+        ptr = tensor.data_ptr()
+        core_handle = _core.enqueue_allreduce_prechecked(core_name, ptr, ptr, codes[0], tensor.shape, codes[1],
+                                                         float(prescale_factor), float(postscale_factor), ps_id)
+        return _handles.register_result(core_handle, tensor, None)
+    out = _empty_like(tensor)  # (contiguous, as tensor is: empty_like keeps its strides)
+    core_handle = _core.enqueue_allreduce_prechecked(core_name, tensor.data_ptr(), out.data_ptr(), codes[0],
+                                                     tensor.shape, codes[1], float(prescale_factor),
+                                                     float(postscale_factor), ps_id)
+    return _handles.register_result(core_handle, out, tensor)  # tensor: the core still reads it
+
+
+def allreduce_named_async_(tensor, core_name, name, op, prescale_factor, postscale_factor, process_set):
+    """``allreduce_async_(tensor, name=name, ...)`` for a caller that built the core's name,
+    ``"allreduce." + name``, once: DistributedOptimizer, once per gradient per step."""
+    # _plain_codes, inlined.
+    if isinstance(tensor, _Tensor) and tensor.is_cpu and not _staging._cpu_through_staging_thread:
+        dtype_code = _CPU_DTYPE_CODES.get(tensor.dtype)
+        try:
+            code = _PLAIN_OP_CODES.get(op)
+        except TypeError:  # unhashable: the checked path names it
+            code = None
+        if dtype_code is not None and code is not None and tensor.is_contiguous():
+            ptr = tensor.data_ptr()
+            ps_id = 0 if process_set is global_process_set else _handles.process_set_id(process_set)
+            core_handle = _core.enqueue_allreduce_prechecked(core_name, ptr, ptr, dtype_code, tensor.shape, code,
+                                                             float(prescale_factor), float(postscale_factor), ps_id)
+            return _handles.register_result(core_handle, tensor, None)
+    return _launch_allreduce(tensor, True, name, op, prescale_factor, postscale_factor, process_set)
+
+
 def _launch_allreduce(tensor, inplace, name, op, prescale_factor, postscale_factor, process_set):
     codes = _plain_codes(tensor, op)
     if codes is not None:
-        # DistributedOptimizer's path, once per gradient per step: one call into the core.
         core_name = "allreduce.%s" % name if name is not None else _handles.op_name("allreduce", None, process_set)
-        ps_id = 0 if process_set is global_process_set else _handles.process_set_id(process_set)
-        if inplace:
-            ptr = tensor.data_ptr()
-            core_handle = _core.enqueue_allreduce_prechecked(core_name, ptr, ptr, codes[0], tensor.shape, codes[1],
-                                                             float(prescale_factor), float(postscale_factor), ps_id)
-            return _handles.register_result(core_handle, tensor, None)
-        out = torch.empty_like(tensor, memory_format=torch.contiguous_format)
-        core_handle = _core.enqueue_allreduce_prechecked(core_name, tensor.data_ptr(), out.data_ptr(), codes[0],
-                                                         tensor.shape, codes[1], float(prescale_factor),
-                                                         float(postscale_factor), ps_id)
-        return _handles.register_result(core_handle, out, tensor)  # tensor: the core still reads it
+        return _enqueue_plain(tensor, inplace, core_name, codes, prescale_factor, postscale_factor, process_set)
     dtype = _buffers.check_tensor(tensor)
     code = core_op(op)
     core_name = _handles.op_name("allreduce", name, process_set)
@@ -124,7 +151,7 @@ def allreduce_now(tensor, inplace, name, op, prescale_factor, postscale_factor, 
         out = tensor
         in_ptr = out_ptr = tensor.data_ptr()
     else:
-        out = torch.empty_like(tensor, memory_format=torch.contiguous_format)
+        out = _empty_like(tensor)  # (contiguous, as tensor is: empty_like keeps its strides)
         in_ptr, out_ptr = tensor.data_ptr(), out.data_ptr()
     # torch.Size is a tuple: the binding reads it as the shape directly.
     outcome = _core.run_allreduce_prechecked(core_name, in_ptr, out_ptr, dtype_code, tensor.shape, code,

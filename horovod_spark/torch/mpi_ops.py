@@ -35,6 +35,7 @@ from horovod_spark.torch._autograd import (
     HorovodGroupedAllreduce,
     HorovodGroupedReducescatter,
     HorovodReducescatter,
+    needs_autograd,
 )
 from horovod_spark.torch._control_ops import barrier, init, join, shutdown
 from horovod_spark.torch._data_ops import (
@@ -92,10 +93,16 @@ rocm_built = getattr(_basics, "rocm_built", _not_built)
 def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None,
               prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
     """Reduce ``tensor`` over the process set (op=None: Average); returns a new tensor."""
-    op = handle_average_backwards_compatibility(op, average)
-    compressed, ctx = compression.compress(tensor)
-    reduced = HorovodAllreduce.apply(compressed, name, op, prescale_factor, postscale_factor, process_set)
-    return compression.decompress(reduced, ctx)
+    if op is None or average is not None:  # (an explicit op alone needs no resolving)
+        op = handle_average_backwards_compatibility(op, average)
+    plain = compression is Compression.none  # (its compress and decompress return their input)
+    compressed, ctx = (tensor, None) if plain else compression.compress(tensor)
+    if needs_autograd((compressed,)):
+        reduced = HorovodAllreduce.apply(compressed, name, op, prescale_factor, postscale_factor, process_set)
+    else:
+        reduced = _reduce_ops.allreduce_now(compressed, False, name, op, prescale_factor, postscale_factor,
+                                            process_set)
+    return reduced if plain else compression.decompress(reduced, ctx)
 
 
 def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
@@ -111,8 +118,12 @@ def grouped_allreduce(tensors, average=None, name=None, compression=Compression.
     """Reduce a list of tensors as one fused unit; returns a list of new tensors."""
     op = handle_average_backwards_compatibility(op, average)
     compressed, ctxs = zip(*[compression.compress(t) for t in tensors]) if tensors else ((), ())
-    reduced = HorovodGroupedAllreduce.apply(name, op, prescale_factor, postscale_factor, process_set,
-                                            *compressed)
+    if compressed and not needs_autograd(compressed):
+        reduced = synchronize(_reduce_ops.grouped_allreduce_async(list(compressed), None, name, op, prescale_factor,
+                                                                  postscale_factor, process_set))
+    else:
+        reduced = HorovodGroupedAllreduce.apply(name, op, prescale_factor, postscale_factor, process_set,
+                                                *compressed)
     return [compression.decompress(t, ctx) for t, ctx in zip(reduced, ctxs)]
 
 

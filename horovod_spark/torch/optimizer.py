@@ -16,7 +16,7 @@ from horovod_spark.torch._optimizer_hooks import TOO_MANY_PASSES, ZERO_GRAD_RACE
 from horovod_spark.torch._reduce_ops import (
     Adasum,
     Average,
-    _launch_allreduce,
+    allreduce_named_async_,
     grouped_allreduce_async_,
     sparse_allreduce_async,
 )
@@ -69,7 +69,21 @@ class _GradGroup:
 
     def __init__(self, params):
         self.params = tuple(params)
-        self.ready = set()  # members whose gradient is ready this step
+        self.ready = set()  # slots of the members whose gradient is ready this step
+
+
+class _ParamSlot:
+    """A watched parameter's per-step state, which its gradient hook carries. The hook path keys
+    nothing by the parameter: a tensor's ``__hash__`` is a Python function, and a dict look-up by
+    parameter cost a Python call, several times per gradient per step."""
+    __slots__ = ("param", "name", "core_name", "delay", "group")
+
+    def __init__(self, param, name, delay):
+        self.param = param
+        self.name = name
+        self.core_name = "allreduce.%s" % name  # the core's name of its allreduce, built once
+        self.delay = delay  # backward passes still to accumulate before the allreduce starts
+        self.group = None  # its _GradGroup (groups= only)
 
 
 class _DistributedOptimizer:
@@ -87,15 +101,13 @@ class _DistributedOptimizer:
         self.process_set = process_set
 
         self._parameter_names = parameter_names(self.param_groups, named_parameters)
-        self._allreduce_delay = dict.fromkeys(self._parameter_names, backward_passes_per_step)
-        # key: a parameter, or the _GradGroup of parameters allreduced as one unit;
+        # key: a parameter's _ParamSlot, or the _GradGroup of parameters allreduced as one unit;
         # value: (handle or None while gradients still accumulate locally, compression contexts)
         self._handles = {}
-        self._requires_update = []
+        self._slots = {}  # watched parameter -> its _ParamSlot, in the order they were watched
         self._synchronized = False
         self._should_synchronize = True
         self._groups = validate_groups(groups)
-        self._param_group = {}  # parameter -> its _GradGroup (groups= only)
         self._units = None  # cache of _unit_count()
         self._grad_groups = []
         self._distributed = process_set.included() and process_set.size() > 1
@@ -106,19 +118,19 @@ class _DistributedOptimizer:
 
     def _register_hooks(self):
         trainable = [p for group in self.param_groups for p in group["params"] if p.requires_grad]
+        for p in trainable:
+            self._watch(p)
         if self._groups is not None:
             for params in form_groups(trainable, self._groups, self._parameter_names, self.process_set):
                 group = _GradGroup(params)
                 for p in params:
-                    self._param_group[p] = group
+                    self._slots[p].group = group
                 self._grad_groups.append(group)
-        for p in trainable:
-            self._watch(p)
 
     def _watch(self, p):
-        self._requires_update.append(p)
+        slot = self._slots[p] = _ParamSlot(p, self._parameter_names[p], self.backward_passes_per_step)
         self._units = None
-        handle = p.register_post_accumulate_grad_hook(on_grad_ready(weakref.ref(self), p))
+        handle = p.register_post_accumulate_grad_hook(on_grad_ready(weakref.ref(self), slot))
         weakref.finalize(self, handle.remove)
 
     def add_param_group(self, param_group):
@@ -128,15 +140,18 @@ class _DistributedOptimizer:
             index = len(self.param_groups) - 1
             for j, p in enumerate(self.param_groups[-1]["params"]):
                 self._parameter_names.setdefault(p, "allreduce.noname.%d.%d" % (index, j))
-                self._allreduce_delay[p] = self.backward_passes_per_step
                 if p.requires_grad:
                     self._watch(p)
 
     def set_backward_passes_per_step(self, passes):
         _check_passes(passes)
         self.backward_passes_per_step = passes
-        for p in self._allreduce_delay:
-            self._allreduce_delay[p] = passes
+        self._reset_delays()
+
+    def _reset_delays(self):
+        passes = self.backward_passes_per_step
+        for slot in self._slots.values():
+            slot.delay = passes
 
     # -- launching allreduces ----------------------------------------------------------------------
 
@@ -158,18 +173,24 @@ class _DistributedOptimizer:
             grad = grad.to_dense()
         return grad
 
-    def _launch_one(self, p):
+    def _launch_one(self, slot):
         # Once per parameter per step, from the parameter's hook in the middle of backward: every
         # attribute look-up here is paid hundreds of times a step on a model of small layers.
-        name = self._parameter_names.get(p)
+        p = slot.param
         grad = p.grad
-        if grad is not None and grad.is_sparse and not self.sparse_as_dense:
-            return sparse_allreduce_async(grad, name, self.op, self.process_set), None
-        grad = self._dense_grad(p)
+        if grad is None or grad.is_sparse:
+            if grad is not None and not self.sparse_as_dense:
+                return sparse_allreduce_async(grad, slot.name, self.op, self.process_set), None
+            grad = self._dense_grad(p)
         compression = self._compression
         compressed, ctx = (grad, None) if compression is Compression.none else compression.compress(grad)
-        pre, post = self._scale_factors()
-        handle = _launch_allreduce(compressed, True, name, self.op, pre, post, self.process_set)
+        op = self.op
+        if op == Average:  # (_scale_factors, inlined)
+            post = self.gradient_predivide_factor
+            pre = 1.0 / post
+        else:
+            pre = post = 1.0
+        handle = allreduce_named_async_(compressed, slot.core_name, slot.name, op, pre, post, self.process_set)
         return handle, ctx
 
     def _launch_group(self, group):
@@ -181,26 +202,26 @@ class _DistributedOptimizer:
         return handle, ctxs
 
     def _launch(self, key):
-        return self._launch_group(key.params) if isinstance(key, _GradGroup) else self._launch_one(key)
+        return self._launch_group(key.params) if type(key) is _GradGroup else self._launch_one(key)
 
-    def _grad_ready(self, p):
-        delay = self._allreduce_delay[p]
+    def _grad_ready(self, slot):
+        """``slot``'s parameter has its gradient for this backward pass (its hook fired)."""
+        delay = slot.delay
         if delay <= 0:
             raise AssertionError(TOO_MANY_PASSES)
-        grad = p.grad
+        grad = slot.param.grad
         if grad is not None and grad.requires_grad:
             raise AssertionError("gradient of %s requires grad; DistributedOptimizer cannot average "
-                                 "higher-order gradients" % self._parameter_names.get(p))
-        self._allreduce_delay[p] = delay = delay - 1
-        group = self._param_group.get(p)
-        key = p if group is None else group
+                                 "higher-order gradients" % slot.name)
+        slot.delay = delay = delay - 1
+        group = slot.group
         if delay > 0:
-            self._handles.setdefault(key, (None, None))
+            self._handles.setdefault(slot if group is None else group, (None, None))
             return
         if group is None:
-            self._handles[p] = self._launch_one(p)
+            self._handles[slot] = self._launch_one(slot)
             return
-        group.ready.add(p)
+        group.ready.add(slot)
         if len(group.ready) < len(group.params):
             self._handles.setdefault(group, (None, None))
             return
@@ -216,35 +237,37 @@ class _DistributedOptimizer:
             return
         # Parameters whose gradient this rank did not produce still join the allreduce, in the
         # same unit (single or group) as on ranks that did produce it.
-        if len(self._handles) < self._unit_count():
-            for p in self._requires_update:
-                self._handles.setdefault(self._param_group.get(p, p), (None, None))
-        for key, (handle, _) in list(self._handles.items()):
+        handles = self._handles
+        if len(handles) < self._unit_count():
+            for slot in self._slots.values():
+                handles.setdefault(slot.group or slot, (None, None))
+        for key, (handle, _) in list(handles.items()):
             if handle is None:
-                self._handles[key] = self._launch(key)
+                handles[key] = self._launch(key)
         plain = self._compression is Compression.none
         try:
-            for key, (handle, ctx) in self._handles.items():
-                if isinstance(key, _GradGroup):
+            for key, (handle, ctx) in handles.items():
+                if type(key) is _GradGroup:
                     for p, out, c in zip(key.params, synchronize(handle), ctx):
                         self._store_grad(p, out, c)
-                elif callable(handle):
-                    self._store_grad(key, handle(), ctx)
+                elif type(handle) is not int:  # sparse_allreduce_async's callable
+                    self._store_grad(key.param, handle(), ctx)
                 else:
                     out = synchronize(handle)
-                    if not (plain and out is key.grad):  # (in place, nothing to decompress)
-                        self._store_grad(key, out, ctx)
+                    p = key.param
+                    if not (plain and out is p.grad):  # (in place, nothing to decompress)
+                        self._store_grad(p, out, ctx)
         finally:
-            self._handles.clear()
+            handles.clear()
             for group in self._grad_groups:
                 group.ready.clear()
-            self._allreduce_delay = dict.fromkeys(self._allreduce_delay, self.backward_passes_per_step)
+            self._reset_delays()
         self._synchronized = True
 
     def _unit_count(self):
         """How many allreduce units (single parameters and groups) a step has."""
         if self._units is None:
-            self._units = len({self._param_group.get(p, p) for p in self._requires_update})
+            self._units = len({slot.group or slot for slot in self._slots.values()})
         return self._units
 
     def _store_grad(self, p, output, ctx):
@@ -292,8 +315,7 @@ class _DistributedOptimizer:
         self._should_synchronize = True
         for group in self._grad_groups:
             group.ready.clear()
-        for p in self._allreduce_delay:
-            self._allreduce_delay[p] = self.backward_passes_per_step
+        self._reset_delays()
         return super().load_state_dict(state_dict)
 
 

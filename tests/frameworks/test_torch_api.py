@@ -262,6 +262,27 @@ def check_allreduce_gradient(hvd):
         _close(x.grad, expected, rtol=1e-6, atol=1e-6)
 
 
+def check_allreduce_records_only_what_autograd_sees(hvd):
+    # allreduce and grouped_allreduce skip their autograd Function when nothing records the call;
+    # the result must not tell the difference.
+    r, n = hvd.rank(), hvd.size()
+    xs = [_rank_data(i, (5,), torch.float64) for i in range(n)]
+    plain = hvd.allreduce(xs[r], op=hvd.Sum)
+    assert plain.grad_fn is None and not plain.requires_grad and plain is not xs[r]
+    _close(plain, sum(xs))
+    (grouped,) = hvd.grouped_allreduce([xs[r]], op=hvd.Sum)
+    assert grouped.grad_fn is None and grouped is not xs[r]
+    x = xs[r].clone().requires_grad_(True)
+    assert type(hvd.allreduce(x).grad_fn).__name__ == "HorovodAllreduceBackward"
+    assert type(hvd.grouped_allreduce([x])[0].grad_fn).__name__ == "HorovodGroupedAllreduceBackward"
+    with torch.no_grad():
+        assert hvd.allreduce(x).grad_fn is None
+    import torch.autograd.forward_ad as fwAD
+    with fwAD.dual_level():  # forward mode still reaches the Function, which refuses it
+        with pytest.raises(NotImplementedError, match="jvp"):
+            hvd.allreduce(fwAD.make_dual(xs[r], torch.ones(5, dtype=torch.float64)))
+
+
 def check_allgather_gradient(hvd):
     r, n = hvd.rank(), hvd.size()
     xs = [_rank_data(i, (i + 1, 2), torch.float64) for i in range(n)]
