@@ -252,7 +252,8 @@ void Coordinator::validate(const Pending& p, const std::vector<int32_t>& ranks, 
   }
   int n = static_cast<int>(ranks.size());
   if (first.device && first.process_set == 0 && !joined_.empty()) {
-    out->error = std::string(op) + " of '" + first.name + "' cannot run on the GPU through NCCL after a rank called "
+    out->error = std::string(op) + " of '" + first.name +
+                 "' cannot run on the GPU through NCCL after a rank called "
                  "join(); set HOROVOD_GPU_OPERATIONS=HOST to use join() with CUDA tensors";
     return;
   }

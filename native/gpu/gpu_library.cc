@@ -95,9 +95,10 @@ std::string try_load(const std::vector<std::string>& cudart, const std::vector<s
                   "): check the driver (nvidia-smi), CUDA_VISIBLE_DEVICES and the GPUs Spark gave the task.";
     lib.device_count = count;
   } else {
-    problems += "\nThe CUDA runtime library (libcudart) could not be loaded; tried:" + tried +
-                "\nInstall CUDA 12's runtime (pip install nvidia-cuda-runtime-cu12; a CUDA build of torch brings it) or "
-                "put its directory on LD_LIBRARY_PATH.";
+    problems +=
+        "\nThe CUDA runtime library (libcudart) could not be loaded; tried:" + tried +
+        "\nInstall CUDA 12's runtime (pip install nvidia-cuda-runtime-cu12; a CUDA build of torch brings it) or "
+        "put its directory on LD_LIBRARY_PATH.";
   }
   tried.clear();
   h = open_first(nccl, &lib.nccl_path, &tried);

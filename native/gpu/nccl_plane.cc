@@ -262,7 +262,8 @@ void NcclPlane::launch(Comm& c, const DeviceOp& op, const std::vector<DeviceTens
   switch (op.kind) {
     case DeviceOp::kAllreduce:
       for (const DeviceTensor& each : tensors)
-        if (each.count > 0) call("ncclAllReduce", lib.AllReduce(each.in, each.out, each.count, dt, red.op, c.comm, c.stream));
+        if (each.count > 0)
+          call("ncclAllReduce", lib.AllReduce(each.in, each.out, each.count, dt, red.op, c.comm, c.stream));
       break;
     case DeviceOp::kBroadcast:
       if (t.count > 0) call("ncclBroadcast", lib.Broadcast(t.in, t.out, t.count * unit, dt, op.root, c.comm, c.stream));
@@ -277,8 +278,8 @@ void NcclPlane::launch(Comm& c, const DeviceOp& op, const std::vector<DeviceTens
       for (int r = 0; r < n; ++r) {
         size_t cnt = rows(r) * row;
         if (cnt > 0)
-          call("ncclBroadcast", lib.Broadcast(r == me ? t.in : at(t.out, off), at(t.out, off), cnt, dt, r, c.comm,
-                                              c.stream));
+          call("ncclBroadcast",
+               lib.Broadcast(r == me ? t.in : at(t.out, off), at(t.out, off), cnt, dt, r, c.comm, c.stream));
         off += cnt;
       }
       break;
@@ -314,7 +315,8 @@ void NcclPlane::launch(Comm& c, const DeviceOp& op, const std::vector<DeviceTens
   call("ncclGroupEnd", lib.GroupEnd());
   if (red.created) lib.RedOpDestroy(red.op, c.comm);
   if (!failed.empty()) throw TransportError("NCCL data plane: " + failed);
-  if (lib.EventRecord(c.done, c.stream) != kCudaSuccess) throw TransportError("cannot record the NCCL completion event");
+  if (lib.EventRecord(c.done, c.stream) != kCudaSuccess)
+    throw TransportError("cannot record the NCCL completion event");
   for (uintptr_t s : callers)
     if (lib.StreamWaitEvent(as_stream(s), c.done, 0) != kCudaSuccess)
       throw TransportError("cannot order the caller's CUDA stream after the NCCL collective");
@@ -331,8 +333,7 @@ void NcclPlane::wait_done(Comm& c, int32_t process_set, int device) {
     std::string problem;
     ncclResult async = kNcclSuccess;
     if (e != kCudaErrorNotReady) problem = lib.cuda_error("cudaEventQuery", e);
-    else if (lib.CommGetAsyncError(c.comm, &async) == kNcclSuccess && async != kNcclSuccess &&
-             async != kNcclInProgress)
+    else if (lib.CommGetAsyncError(c.comm, &async) == kNcclSuccess && async != kNcclSuccess && async != kNcclInProgress)
       problem = lib.nccl_error("NCCL (asynchronously)", async);
     else if (steady_clock::now() > deadline)
       problem = "a collective on the GPU did not finish within " + std::to_string(static_cast<int>(timeout_s_)) +

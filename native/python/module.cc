@@ -114,7 +114,8 @@ int64_t enqueue_device(int type, const std::string& name, uintptr_t in_ptr, uint
                        int process_set, const std::vector<int64_t>& splits, int device, uintptr_t stream) {
   std::string error;
   if (!gpu::GpuLibrary::attempted(&error) || !error.empty())
-    throw std::runtime_error(error.empty() ? "the NCCL data plane was never loaded (horovod_spark.common.nccl)" : error);
+    throw std::runtime_error(error.empty() ? "the NCCL data plane was never loaded (horovod_spark.common.nccl)"
+                                           : error);
   if (device < 0) throw std::invalid_argument("device must be a CUDA device index, got " + std::to_string(device));
   TensorRequest req =
       make_request(type, name, in_ptr, out_ptr, dtype, shape, root, op, prescale, postscale, process_set, splits);

@@ -37,8 +37,7 @@ void train_until_tuned(Rank& k, std::vector<hs::TuningState>* finals) {
         k.expect(std::all_of(t[i].begin(), t[i].end(), [&](float x) { return x == want; }), what + ": wrong values");
     }
     const hs::TuningState s = k.engine().tuning();
-    if (step == 0 || s.point.fusion_threshold != last.fusion_threshold ||
-        s.point.response_cache != last.response_cache)
+    if (step == 0 || s.point.fusion_threshold != last.fusion_threshold || s.point.response_cache != last.response_cache)
       ++settings_seen;
     last = s.point;
     std::vector<float> searching(1, s.searching ? 1.0f : 0.0f);
@@ -66,8 +65,9 @@ void scenario_autotune() {
     std::fprintf(stderr, "  autotune on %s x3\n", hosts);
     const bool shm = std::string(hosts) == "shm";
     std::vector<hs::TuningState> finals(3);
-    Job(shm ? std::vector<std::string>{"h", "h", "h"} : std::vector<std::string>{"a", "b", "c"}, cfg)
-        .run([&](Rank& k) { train_until_tuned(k, &finals); });
+    Job(shm ? std::vector<std::string>{"h", "h", "h"} : std::vector<std::string>{"a", "b", "c"}, cfg).run([&](Rank& k) {
+      train_until_tuned(k, &finals);
+    });
     for (const hs::TuningState& f : finals) {
       expect(f.enabled && !f.searching && f.trial == 8, 0, "a rank did not end the search with 8 trials");
       expect(f.point.fusion_threshold == finals[0].point.fusion_threshold &&
@@ -77,10 +77,12 @@ void scenario_autotune() {
     std::ifstream in(log);
     std::vector<std::string> lines;
     for (std::string line; std::getline(in, line);) lines.push_back(line);
-    expect(lines.size() == 10, 0, "the log has " + std::to_string(lines.size()) + " lines, not a header, 8 trials "
-                                  "and the final choice");
-    const std::string chosen = std::to_string(finals[0].point.fusion_threshold) + "," +
-                               (finals[0].point.response_cache ? "on" : "off") + ",";
+    expect(lines.size() == 10, 0,
+           "the log has " + std::to_string(lines.size()) +
+               " lines, not a header, 8 trials "
+               "and the final choice");
+    const std::string chosen =
+        std::to_string(finals[0].point.fusion_threshold) + "," + (finals[0].point.response_cache ? "on" : "off") + ",";
     expect(!lines.empty() && lines.back().rfind("final," + chosen, 0) == 0, 0,
            "the log's last line '" + (lines.empty() ? "" : lines.back()) + "' is not final," + chosen + "...");
     std::remove(log.c_str());

@@ -31,8 +31,8 @@ void device_negotiation(Rank& k) {
                 "device on some ranks, host on others");
   // Agreed, but this process never loaded libnccl: every rank fails alike, the engine goes on.
   for (OpType t : {OpType::kAllreduce, OpType::kBroadcast, OpType::kAllgather}) {
-    auto req = on_device(Rank::request(t, std::string("agreed.") + hs::op_type_name(t), x.data(), x.data(),
-                                       DataType::kFloat32, {6}));
+    auto req = on_device(
+        Rank::request(t, std::string("agreed.") + hs::op_type_name(t), x.data(), x.data(), DataType::kFloat32, {6}));
     k.failed_with(k.run(req), {"NCCL data plane unavailable"}, std::string("device ") + hs::op_type_name(t));
   }
   std::fill(x.begin(), x.end(), float(r + 1));
