@@ -45,6 +45,7 @@ class KerasEstimator(HorovodEstimator):
                  shuffle_buffer_size=None, partitions_per_process=None, train_reader_num_workers=None,
                  val_reader_num_workers=None, reader_pool_type=None, mp_start_method=None, continuous_cols=None,
                  categorical_cols=None, elastic=None, min_num_proc=None, max_num_proc=None,
+                 compress_sparse_cols=None, transformation_edit_fields=None, transformation_removed_fields=None,
                  backend_env=None,
                  custom_objects=None, checkpoint_callback=None, **unknown):
         super().__init__()
@@ -63,6 +64,7 @@ class KerasEstimator(HorovodEstimator):
                   shuffle_buffer_size=None, partitions_per_process=None, train_reader_num_workers=None,
                   val_reader_num_workers=None, reader_pool_type=None, mp_start_method=None, continuous_cols=None,
                   categorical_cols=None, elastic=None, min_num_proc=None, max_num_proc=None,
+                  compress_sparse_cols=None, transformation_edit_fields=None, transformation_removed_fields=None,
                   backend_env=None,
                   custom_objects=None, checkpoint_callback=None, **unknown):
         """Set the given params (keyword arguments only); None leaves a param as it is."""

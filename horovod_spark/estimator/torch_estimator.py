@@ -48,6 +48,7 @@ class TorchEstimator(HorovodEstimator):
                  val_reader_num_workers=None, reader_pool_type=None, mp_start_method=None, continuous_cols=None,
                  categorical_cols=None, train_minibatch_fn=None, loss_constructors=None,
                  elastic=None, min_num_proc=None, max_num_proc=None,
+                 compress_sparse_cols=None, transformation_edit_fields=None, transformation_removed_fields=None,
                  **unknown):
         super().__init__()
         refuse_unknown_params(type(self).__name__, unknown)
@@ -66,6 +67,7 @@ class TorchEstimator(HorovodEstimator):
                   val_reader_num_workers=None, reader_pool_type=None, mp_start_method=None, continuous_cols=None,
                   categorical_cols=None, train_minibatch_fn=None, loss_constructors=None,
                   elastic=None, min_num_proc=None, max_num_proc=None,
+                  compress_sparse_cols=None, transformation_edit_fields=None, transformation_removed_fields=None,
                   **unknown):
         """Set the given params (keyword arguments only); None leaves a param as it is."""
         refuse_unknown_params(type(self).__name__, unknown)

@@ -215,3 +215,47 @@ def test_models_take_horovods_column_keywords():
     with pytest.raises(ValueError, match="feature_cols=.*and feature_columns=.*same Param, give one"):
         TorchModel(feature_cols=["x"], feature_columns=["z"])
     assert model.setLabelColumns(["y2"]).getOrDefault("label_cols") == ["y2"]
+
+
+def _with_weight_field(batch):
+    out = dict(batch)
+    out["w"] = np.ones(len(batch["x"]), np.float32)
+    return out
+
+
+def test_transformation_fields_are_checked_on_every_rank(df, tmp_path):
+    """Horovod's transformation_edit_fields / transformation_removed_fields: a declaration that
+    matches the function fits; one that does not fails the fit naming the field."""
+    net = _torch_net()
+    mse, l1 = _untrained_losses(net)
+    fitted = _torch_estimator(Store.create(str(tmp_path / "ok")), net, loss=[torch.nn.functional.mse_loss,
+                                                                              torch.nn.functional.l1_loss],
+                              transformation_fn=_with_weight_field, compress_sparse_cols=True,
+                              transformation_edit_fields=[("w", np.float32, (), False), ("x", np.float64, (3,), False)],
+                              transformation_removed_fields=["dropped"]).fit(df)
+    assert fitted.getHistory()["loss"] == pytest.approx([mse + l1] * 2, rel=1e-5)
+    est = _torch_estimator(Store.create(str(tmp_path / "bad")), _torch_net(),
+                           loss=[torch.nn.functional.mse_loss, torch.nn.functional.l1_loss],
+                           transformation_fn=_with_weight_field,
+                           transformation_edit_fields=[("w", np.float64, None, False)])
+    with pytest.raises(Exception, match="field 'w' has dtype float32, but transformation_edit_fields declares float64"):
+        est.fit(df)
+
+
+def test_declared_transformation_names_each_mismatch():
+    from horovod_spark.estimator.common.transformation_schema import DeclaredTransformation, check_edit_fields
+    batch = {"x": np.zeros((4, 3), np.float32), "y": np.zeros(4, np.float32)}
+    fields = check_edit_fields([("x", "float32", (None,), False), ("w", np.int64, [2], True)])
+    assert fields[1] == ("w", np.dtype(np.int64), (2,), True)
+    ok = DeclaredTransformation(lambda b: dict(b, w=np.zeros((4, 2), np.int64)), fields, ["y2"])
+    assert set(ok(batch)) == {"x", "y", "w"}
+    cases = [
+        (DeclaredTransformation(lambda b: b, fields, []), "has no field 'w'"),
+        (DeclaredTransformation(lambda b: dict(b, w=np.zeros((4, 3), np.int64)), fields, []),
+         r"field 'w' has per-row shape \(3,\), but transformation_edit_fields declares \(2,\)"),
+        (DeclaredTransformation(lambda b: b, [], ["y"]), "returned field 'y', which transformation_removed_fields"),
+        (DeclaredTransformation(lambda b: [b], [], ["y"]), "returned list, not a batch dict"),
+    ]
+    for fn, message in cases:
+        with pytest.raises(ValueError, match=message):
+            fn(batch)

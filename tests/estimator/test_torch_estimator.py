@@ -186,6 +186,10 @@ def _bad_cases(store):
         (dict(reader_pool_type="gpu"), "reader_pool_type='gpu': pass one of"),
         (dict(mp_start_method="clone"), "mp_start_method='clone': pass one of"),
         (dict(categorical_cols=["vec", "zip"]), r"categorical_cols: column\(s\) \['zip'\] are not in feature_cols"),
+        (dict(transformation_edit_fields=[("x2", "float32")]), r"is not a \(name, numpy dtype, shape, is_nullable\)"),
+        (dict(transformation_edit_fields=[("x2", "no-dtype", None, False)]), "which numpy does not know"),
+        (dict(transformation_removed_fields=[3]), "are not field names"),
+        (dict(transformation_removed_fields=["arr"]), "but no transformation_fn is set"),
     ], good
 
 
@@ -203,8 +207,8 @@ def test_bad_params_fail_before_any_spark_job(spark, class_df, tmp_path):
     with pytest.raises(ValueError, match="needs a pyspark.sql.DataFrame"):
         TorchEstimator(**good).fit([(1.0, 2.0)])
     # horovod.spark's parameters that do not exist here say what to do instead.
-    with pytest.raises(ValueError, match=r"does not take compress_sparse_cols=: sparse vector columns are prepared"):
-        TorchEstimator(compress_sparse_cols=True, **good)
+    with pytest.raises(ValueError, match=r"does not take feature_columns=: it is feature_cols here"):
+        TorchEstimator(feature_columns=["vec"], **good)
     with pytest.raises(ValueError, match=r"does not take nonsense=: not a parameter of TorchEstimator"):
         TorchEstimator(**good).setParams(nonsense=1)
     assert not os.path.exists(tmp_path / "store" / "intermediate_data"), "data was prepared despite a bad param"

@@ -13,6 +13,7 @@ from typing import List, Optional, Union
 from horovod_spark.store import Store
 
 from .elastic_fit import ElasticSettings, check_elastic
+from .transformation_schema import DeclaredTransformation, check_edit_fields, check_removed_fields
 
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 NONFINITE_LOSS = ("raise", "warn")
@@ -169,6 +170,13 @@ def check_common(est) -> FitConfig:
     if transformation_fn is not None and not callable(transformation_fn):
         raise ValueError("transformation_fn must be a function(batch dict) -> batch dict, got %r"
                          % (transformation_fn,))
+    edit_fields = check_edit_fields(get("transformation_edit_fields"))
+    removed_fields = check_removed_fields(get("transformation_removed_fields"))
+    if (edit_fields or removed_fields) and transformation_fn is None:
+        raise ValueError("transformation_edit_fields / transformation_removed_fields declare what transformation_fn "
+                         "changes, but no transformation_fn is set: pass one or drop them")
+    if edit_fields or removed_fields:
+        transformation_fn = DeclaredTransformation(transformation_fn, edit_fields, removed_fields)
 
     return FitConfig(store=store, num_proc=num_proc, feature_cols=feature_cols, label_cols=label_cols,
                      sample_weight_col=sample_weight_col, validation=validation, input_shapes=input_shapes,

@@ -143,6 +143,14 @@ class EstimatorParams(ColumnParams):
     categorical_cols = _param("categorical_cols", "Horovod's NVTabular data module's categorical feature columns: "
                               "accepted and checked to be among feature_cols; no data module here reads it",
                               conv.to_column_list)
+    compress_sparse_cols = _param("compress_sparse_cols", "Horovod's choice to store sparse vector columns "
+                                  "compressed in the prepared data; here they are always prepared as fixed-length "
+                                  "arrays, the dense tensors training reads either way", TypeConverters.toBoolean)
+    transformation_edit_fields = _param("transformation_edit_fields", "fields transformation_fn adds or changes, as "
+                                        "Horovod's (name, numpy dtype, shape, is_nullable) tuples: every batch it "
+                                        "returns is checked to have them")
+    transformation_removed_fields = _param("transformation_removed_fields", "fields transformation_fn drops: every "
+                                           "batch it returns is checked not to have them")
     elastic = _param("elastic", "keep fitting when an executor is lost: the ranks run under run_elastic, commit "
                      "at each epoch's end, and after a loss the survivors redo the interrupted epoch, re-sharded "
                      "over the ranks left (see docs/elastic.md)", TypeConverters.toBoolean)
@@ -162,7 +170,8 @@ class EstimatorParams(ColumnParams):
                          loss_weights=None, shuffle_buffer_size=None, partitions_per_process=None,
                          train_reader_num_workers=None, val_reader_num_workers=None, reader_pool_type="thread",
                          mp_start_method=None, continuous_cols=None, categorical_cols=None,
-                         elastic=False, min_num_proc=None, max_num_proc=None)
+                         elastic=False, min_num_proc=None, max_num_proc=None, compress_sparse_cols=False,
+                         transformation_edit_fields=None, transformation_removed_fields=None)
 
 
 @with_accessors
@@ -192,10 +201,6 @@ class ModelParams(ColumnParams):
 PARAMS_ONLY_IN_HOROVOD = {
     "feature_columns": "it is feature_cols here",
     "label_columns": "it is label_cols here",
-    "compress_sparse_cols": "sparse vector columns are prepared as fixed-length arrays; drop it",
-    "transformation_edit_fields": "transformation_fn may return any batch dict, with no schema to declare; drop it",
-    "transformation_removed_fields": "transformation_fn may return any batch dict, with no schema to declare; "
-                                     "drop it",
 }
 
 
