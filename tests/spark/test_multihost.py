@@ -7,6 +7,7 @@ own network stacks, and local/cross ranks come from real hostnames.
 """
 import os
 import sys
+import time
 
 import cloudpickle
 import numpy as np
@@ -44,6 +45,19 @@ def spark_master(standalone):
 @pytest.fixture(scope="module")
 def spark_conf(standalone):
     return standalone.driver_conf()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def executors_registered(spark, standalone):
+    """Every host's executor registered with the driver before the first job: on a loaded machine
+    an executor JVM can take longer to start than the run's own slot wait (HOROVOD_SPARK_SLOT_WAIT)."""
+    jsc = spark.sparkContext._jsc.sc()
+    deadline = time.monotonic() + 180
+    while jsc.getExecutorIds().size() < HOSTS:
+        if time.monotonic() > deadline:
+            pytest.fail("only %d of %d executors registered within 180 s; worker logs:\n%s"
+                        % (jsc.getExecutorIds().size(), HOSTS, standalone.log_tails()))
+        time.sleep(0.5)
 
 
 def _placement_links_and_collectives():
