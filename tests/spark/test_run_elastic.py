@@ -14,6 +14,7 @@ pytest.importorskip("pyspark")
 pytest.importorskip("torch")
 
 from support import elastic_training  # noqa: E402
+from support.executor_kill import write_executor_pid  # noqa: E402
 
 import horovod_spark  # noqa: E402
 
@@ -27,24 +28,10 @@ def spark_master():
     return "local-cluster[3,1,1024]"
 
 
-def _executor_jvm_pid():
-    """The pid of the executor JVM this rank runs under: rank -> Python worker -> daemon -> JVM."""
-    pid = os.getpid()
-    for _ in range(6):
-        with open("/proc/%d/stat" % pid) as f:
-            pid = int(f.read().rsplit(")", 1)[1].split()[1])
-        with open("/proc/%d/cmdline" % pid, "rb") as f:
-            if b"CoarseGrainedExecutorBackend" in f.read():
-                return pid
-    raise RuntimeError("no executor JVM above pid %d" % os.getpid())
-
-
 def _train_and_mark(victim_worker, pid_file, started_file, commit_delay, grow_to):
     from horovod_spark.common import config
     if config.ELASTIC_WORKER.get() == victim_worker:
-        with open(pid_file + ".tmp", "w") as f:
-            f.write(str(_executor_jvm_pid()))
-        os.rename(pid_file + ".tmp", pid_file)
+        write_executor_pid(pid_file)
     return elastic_training.train(-1, "none", 0, commit_delay, started_file, grow_to=grow_to)
 
 
