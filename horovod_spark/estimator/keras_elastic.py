@@ -9,6 +9,8 @@ the start of that epoch.
 """
 import keras
 
+from .common.elastic_rank import ElasticResume
+
 
 class _CommitEachEpoch(keras.callbacks.Callback):
     """Last in the callback list: the epoch is recorded and checkpointed when it commits."""
@@ -27,7 +29,6 @@ class _CommitEachEpoch(keras.callbacks.Callback):
 
 
 def fit_elastic(trainer):
-    from .common.history import History
     from .keras_rank_callback import EstimatorCallback
     hvd, spec = trainer.hvd, trainer.spec
     if not trainer.optimizer.built:
@@ -35,18 +36,11 @@ def fit_elastic(trainer):
         trainer.optimizer.build(trainer.model.trainable_variables)
     state = hvd.elastic.KerasState(trainer.model, trainer.optimizer, epoch=spec.start_epoch,
                                    history=trainer.history.to_dict(), output_shapes=trainer.output_shapes)
-    resets = []
-    state.register_reset_callbacks([lambda: resets.append(hvd.size())])
-    seen_resets = [0]
+    resume = ElasticResume(trainer, state)
 
     @hvd.elastic.run
     def fit(state):
-        if len(resets) > seen_resets[0]:
-            seen_resets[0] = len(resets)
-            trainer.place()
-            trainer.reporter.resumed(state.epoch, spec.epochs, trainer.size)
-        trainer.history = History(state.history)
-        trainer.output_shapes = state.output_shapes
+        resume.restore(state)
         if state.epoch < spec.epochs:
             trainer._fit(EstimatorCallback(trainer), start_epoch=state.epoch,
                          more_callbacks=[_CommitEachEpoch(state, trainer)])

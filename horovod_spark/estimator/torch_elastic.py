@@ -7,6 +7,7 @@ every rank takes rank 0's committed state, rebuilds its readers for its new rank
 number of ranks (the interrupted epoch's rows are then shared out among the ranks left, each row
 once, as in a fixed-size fit of that many ranks) and runs the epoch again from its start.
 """
+from .common.elastic_rank import ElasticResume
 
 
 def train_elastic(trainer):
@@ -14,19 +15,11 @@ def train_elastic(trainer):
     spec = trainer.spec
     state = hvd.elastic.TorchState(trainer.model, trainer.optimizer, epoch=spec.start_epoch,
                                    history=trainer.history.to_dict(), output_shapes=trainer.output_shapes)
-    resets = []
-    state.register_reset_callbacks([lambda: resets.append(hvd.size())])
-    seen_resets = [0]
+    resume = ElasticResume(trainer, state)
 
     @hvd.elastic.run
     def fit(state):
-        from .common.history import History
-        if len(resets) > seen_resets[0]:
-            seen_resets[0] = len(resets)
-            trainer.place()
-            trainer.reporter.resumed(state.epoch, spec.epochs, trainer.size)
-        trainer.history = History(state.history)
-        trainer.output_shapes = state.output_shapes
+        resume.restore(state)
         for epoch in range(state.epoch, spec.epochs):
             trainer.epoch(epoch)
             state.epoch = epoch + 1
