@@ -2,11 +2,13 @@
 plain clients are refused, a user's certificate is used when given, and a man in the middle with
 its own certificate cannot relay the secret-keyed handshake."""
 import os
+import select
 import socket
 import ssl
 import subprocess
 import sys
 import threading
+import time
 
 import cloudpickle
 import pytest
@@ -107,8 +109,7 @@ def test_tls_man_in_the_middle_cannot_relay_the_handshake(caplog):
             client, _ = listener.accept()
             inside = own.wrap(client, 10)
             outside = wire_tls.wrap_client(socket.create_connection(("127.0.0.1", srv.port)), 10)
-            for src, dst in ((inside, outside), (outside, inside)):
-                threading.Thread(target=_pump, args=(src, dst), daemon=True).start()
+            _pump_both(inside, outside, 60)
 
         threading.Thread(target=relay, daemon=True).start()
         with pytest.raises(KVError, match="failed to prove it holds the job's secret"):
@@ -118,17 +119,27 @@ def test_tls_man_in_the_middle_cannot_relay_the_handshake(caplog):
             assert c.request("ping") == "pong"
 
 
-def _pump(src, dst):
+def _pump_both(a, b, seconds):
+    """Relay both directions from one thread: an SSL socket must not be read in one thread while
+    another writes to it (OpenSSL's state is not thread-safe), which could lose a record."""
+    deadline = time.monotonic() + seconds
+    for s in (a, b):
+        s.settimeout(0.2)
     try:
-        while True:
-            data = src.recv(65536)
-            if not data:
-                break
-            dst.sendall(data)
+        while time.monotonic() < deadline:
+            readable, _, _ = select.select([a, b], [], [], 0.2)
+            for src in {s for s in (a, b) if s in readable or s.pending()}:
+                try:
+                    data = src.recv(65536)
+                except (TimeoutError, socket.timeout):
+                    continue  # a partial record, or only TLS housekeeping so far
+                if not data:
+                    return
+                (b if src is a else a).sendall(data)
     except (OSError, ValueError):
         pass
     finally:
-        for s in (src, dst):
+        for s in (a, b):
             try:
                 s.close()
             except OSError:
