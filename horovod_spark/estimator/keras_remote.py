@@ -34,9 +34,11 @@ def train(spec):
     import horovod_spark.keras as hvd
     hvd.init()
     try:
-        if spec.use_gpu:
-            rank_device.report_cpu_fallback(hvd, without_gpu, "TensorFlow lists no GPU there")
-        return _KerasTrainer(spec, hvd).run()
+        if spec.use_gpu and not spec.elastic:  # an elastic fit reports in its loop instead
+            rank_device.report_cpu_fallback(hvd, without_gpu, rank_device.TENSORFLOW_NO_GPU)
+        trainer = _KerasTrainer(spec, hvd)
+        trainer.cpu_fallback = (without_gpu, rank_device.TENSORFLOW_NO_GPU) if spec.use_gpu else None
+        return trainer.run()
     finally:
         hvd.shutdown()
 

@@ -1,10 +1,13 @@
 """Elastic estimator fits (``elastic=True``) on local-cluster[3,1,1024]: three executor JVMs, one
 rank each. During an epoch, the rank 2's executor JVM is SIGKILLed (by the rank itself, from a
 callback, so the kill follows training progress): the fit goes on with the survivors from the
-start of the interrupted epoch, finishes every epoch, and returns a model as accurate on
-held-out rows as an undisturbed fit's."""
+start of the interrupted epoch; the cluster starts a new executor, Spark reschedules the lost task
+there, and the fit grows back to three ranks at an epoch's end (the survivors wait for it there, so
+the join happens however fast the machine trains); every epoch finishes, and the model is as
+accurate on held-out rows as an undisturbed fit's."""
 import os
 import posixpath
+import re
 import sys
 
 import cloudpickle
@@ -15,7 +18,13 @@ pyspark = pytest.importorskip("pyspark")
 torch = pytest.importorskip("torch")
 
 from pyspark.ml.linalg import Vectors  # noqa: E402
-from support.executor_kill import ExecutorReaper, KillExecutorAtStep, keras_kill_callback  # noqa: E402
+from support.executor_kill import (  # noqa: E402
+    AwaitReplacement,
+    ExecutorReaper,
+    KillExecutorAtStep,
+    keras_await_replacement,
+    keras_kill_callback,
+)
 
 from horovod_spark.estimator import TorchEstimator  # noqa: E402
 from horovod_spark.exceptions import ElasticJobError  # noqa: E402
@@ -48,6 +57,12 @@ def train_df(spark):
                                  ["features", "label"]).repartition(3).cache()
 
 
+def _check_ranks_per_epoch(num_ranks, err):
+    # Epoch 2 ran on the two survivors, or on three when the driver learnt of the loss and of the
+    # rescheduled task in the same poll; from epoch 3 on the job is whole again.
+    assert num_ranks[0] == 3 and num_ranks[1] in (2, 3) and num_ranks[2:] == [3] * (EPOCHS - 2), (num_ranks, err)
+
+
 def _held_out_accuracy(model):
     x, labels = _data(2000, 1)
     net = model.getModel()
@@ -72,15 +87,18 @@ def test_torch_fit_survives_an_executor_killed_mid_epoch(spark, train_df, tmp_pa
     capsys.readouterr()
 
     marker = str(tmp_path / "killed")
-    model = _torch_estimator(store, "killed", [KillExecutorAtStep(marker, rank=2, epoch=1, step=5)]).fit(train_df)
+    callbacks = [KillExecutorAtStep(marker, rank=2, epoch=1, step=5), AwaitReplacement(marker, size=3)]
+    model = _torch_estimator(store, "killed", callbacks).fit(train_df)
     out, err = capsys.readouterr()
     assert os.path.exists(marker), "the callback never killed an executor"
     history = model.getHistory()
-    # Every epoch completed once; the interrupted one (epoch 2 of 5) ran again on the survivors.
+    # Every epoch completed once; the interrupted one (epoch 2 of 5) ran again on the survivors,
+    # and the rescheduled task joined at its end.
     assert len(history["loss"]) == EPOCHS, history
-    assert history["num_ranks"][0] == 3 and history["num_ranks"][1] == 2, history
+    _check_ranks_per_epoch(history["num_ranks"], err)
     assert "lost worker 2 (rank 2)" in err, err
-    assert "training resumed at epoch 2/%d on 2 rank(s)" % EPOCHS in out, out
+    assert "worker 3 joined" in err, err
+    assert re.search(r"training resumed at epoch 2/%d on [23] rank\(s\)" % EPOCHS, out), out
     assert "epoch %d/%d - loss: " % (EPOCHS, EPOCHS) in out, out
     # The checkpoints in the store are whole: the newest is the last epoch's and loads.
     names = [posixpath.basename(p) for p in store.list(store.get_checkpoint_path("killed"))]
@@ -112,13 +130,16 @@ def test_keras_fit_survives_an_executor_killed_mid_epoch(spark, tmp_path, capsys
 
     undisturbed = fit("undisturbed", [])
     capsys.readouterr()
-    model = fit("killed", [keras_kill_callback(marker, rank=2, epoch=1, step=5)])
+    model = fit("killed", [keras_kill_callback(marker, rank=2, epoch=1, step=5),
+                           keras_await_replacement(marker, size=3)])
     out, err = capsys.readouterr()
     assert os.path.exists(marker), "the callback never killed an executor"
     history = model.getHistory()
-    assert len(history["loss"]) == EPOCHS and history["num_ranks"][:2] == [3, 2], history
+    assert len(history["loss"]) == EPOCHS, history
+    _check_ranks_per_epoch(history["num_ranks"], err)
     assert "lost worker 2 (rank 2)" in err, err
-    assert "training resumed at epoch 2/%d on 2 rank(s)" % EPOCHS in out, out
+    assert "worker 3 joined" in err, err
+    assert re.search(r"training resumed at epoch 2/%d on [23] rank\(s\)" % EPOCHS, out), out
     reference, accuracy = undisturbed.getHistory()["val_accuracy"][-1], history["val_accuracy"][-1]
     print("validation accuracy: undisturbed %.3f, with an executor killed %.3f" % (reference, accuracy))
     assert reference > 0.8 and accuracy > reference - 0.05, (reference, accuracy)

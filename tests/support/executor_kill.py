@@ -7,6 +7,7 @@ training progress rather than by a timer; the kill is claimed through a file, so
 fit even when the job re-forms and the rank number moves to another worker (``KillExecutorAtStep``)."""
 import os
 import signal
+import sys
 import threading
 import time
 
@@ -137,6 +138,46 @@ class KillExecutorAtStep:
         if (self.current_rank == self.rank and epoch == self.epoch and step == self.step
                 and claim(self.marker + ".claimed")):
             kill_own_executor(self.marker)
+
+
+class AwaitReplacement:
+    """An estimator callback (TorchEstimator; ``keras_await_replacement`` for Keras) for after a
+    kill (``marker`` exists): at the end of an epoch run on fewer than ``size`` ranks, rank 0 waits
+    until the driver has formed a newer generation (the task Spark rescheduled has joined), up to
+    ``timeout`` s, so the fit grows back at that epoch's commit however fast the machine trains."""
+
+    def __init__(self, marker: str, size: int, timeout: float = 120.0):
+        self.marker, self.size, self.timeout = marker, size, timeout
+        self.gave_up = False
+
+    def on_epoch_end(self, epoch, logs=None):
+        from horovod_spark.common import basics, elastic_rendezvous
+        if self.gave_up or not os.path.exists(self.marker) or basics.rank() != 0 or basics.size() >= self.size:
+            return
+        mine = basics._state["elastic_generation"]
+        deadline = time.monotonic() + self.timeout
+        while elastic_rendezvous.newest_generation() <= mine:
+            if time.monotonic() >= deadline:
+                print("AwaitReplacement: no new generation after generation %d within %.0f s" % (mine, self.timeout),
+                      file=sys.stderr, flush=True)
+                self.gave_up = True  # once: the test's assertions then say what happened
+                return
+            time.sleep(0.2)
+
+
+def keras_await_replacement(marker: str, size: int, timeout: float = 120.0):
+    """The KerasEstimator form of ``AwaitReplacement`` (a keras.callbacks.Callback)."""
+    import keras
+
+    class AwaitReplacementAtEpochEnd(keras.callbacks.Callback):
+        def __init__(self):
+            super().__init__()
+            self.waiter = AwaitReplacement(marker, size, timeout)
+
+        def on_epoch_end(self, epoch, logs=None):
+            self.waiter.on_epoch_end(epoch, logs)
+
+    return AwaitReplacementAtEpochEnd()
 
 
 def keras_kill_callback(marker: str, rank: int, epoch: int, step: int):

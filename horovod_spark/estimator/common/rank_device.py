@@ -9,28 +9,36 @@ import sys
 
 NO_GPU_LINE = ("horovod_spark: use_gpu=True, but %d of %d rank(s) see no CUDA device (%s); they train on "
                "CPU. Set use_gpu=False to train on CPU without this line.")
+TORCH_NO_GPU = "torch.cuda.is_available() is False there"
+TENSORFLOW_NO_GPU = "TensorFlow lists no GPU there"
 
 
-def report_cpu_fallback(hvd, without_gpu: bool, why: str, out=None) -> int:
+def report_cpu_fallback(hvd, without_gpu: bool, why: str, out=None, quiet: bool = False) -> int:
     """Collective (every rank calls it when use_gpu=True): how many ranks lack a GPU; rank 0 prints
-    ``NO_GPU_LINE`` when any does."""
+    ``NO_GPU_LINE`` when any does, unless ``quiet`` (it already did).
+
+    An elastic fit calls it at every (re)start instead of once before training: a rank that joins
+    later runs only the code before the elastic loop, and a collective there that the survivors do
+    not repeat would leave every rank waiting on a different collective."""
     missing = sum(1 for flag in hvd.allgather_object(bool(without_gpu), name="estimator.gpu_missing") if flag)
-    if missing and hvd.rank() == 0:
+    if missing and not quiet and hvd.rank() == 0:
         stream = out if out is not None else sys.stderr
         stream.write(NO_GPU_LINE % (missing, hvd.size(), why) + "\n")
         stream.flush()
     return missing
 
 
-def torch_device(use_gpu: bool, hvd):
-    """The torch device this rank trains on (set as the current CUDA device when it is one)."""
+def torch_device(use_gpu: bool, hvd, report: bool = True):
+    """The torch device this rank trains on (set as the current CUDA device when it is one);
+    ``report``: run ``report_cpu_fallback`` now (an elastic fit runs it in its loop instead)."""
     import torch
     if not use_gpu:
         return torch.device("cpu")
     from horovod_spark.spark.gpus import rank_gpu
     count = torch.cuda.device_count() if torch.cuda.is_available() else 0
     index = rank_gpu(hvd.local_rank(), count)
-    report_cpu_fallback(hvd, index is None, "torch.cuda.is_available() is False there")
+    if report:
+        report_cpu_fallback(hvd, index is None, TORCH_NO_GPU)
     if index is None:
         return torch.device("cpu")
     torch.cuda.set_device(index)
