@@ -203,6 +203,10 @@ def _drive(server, secret, edriver, workers, scope, num_proc, min_num_proc, max_
     form(None)
     wait_for_slots_until = None
     said_job_ended = False
+    # Tasks that registered while the job was full. Spark can start the replacement of a lost task
+    # before the lost rank's heartbeat has run out; turned away, its task would end and nothing
+    # would replace the rank, so it waits here and joins once a rank is declared lost.
+    standby: List[int] = []
     while running:
         changed = []
         if "error" in outcome and not said_job_ended:
@@ -231,12 +235,17 @@ def _drive(server, secret, edriver, workers, scope, num_proc, min_num_proc, max_
             running.remove(worker)
             edriver.remove(worker)
             wait_for_slots_until = time.monotonic() + elastic_timeout
-        for worker in workers.take_pending():
-            if finished or len(running) >= max_num_proc:
-                edriver.remove(worker)  # the job is finishing or full: its task ends without a rank
-            else:
-                running.append(worker)
-                changed.append("worker %d joined" % worker)
+        standby += workers.take_pending()
+        for worker in list(standby):
+            gone = workers.exits.get(worker) is not None or \
+                edriver.silent_since(worker, workers.registered_at[worker] + start_timeout) >= lost_after
+            if finished or gone:
+                standby.remove(worker)
+                edriver.remove(worker)  # the job is finishing, or the task is gone: no rank for it
+        while standby and len(running) < max_num_proc:
+            worker = standby.pop(0)
+            running.append(worker)
+            changed.append("worker %d joined" % worker)
         if running and len(running) < min_num_proc and not finished:
             # The survivors wait in hvd.init() until enough tasks join, or the job fails. (Ranks
             # that finished leave fewer running without a loss: the job is ending, not waiting.)
@@ -251,6 +260,8 @@ def _drive(server, secret, edriver, workers, scope, num_proc, min_num_proc, max_
                                       % (resets, ", ".join(changed), reset_limit, "; ".join(lost) or "none"))
             form(", ".join(changed))
         time.sleep(_POLL_S)
+    for worker in standby:
+        edriver.remove(worker)
     if not finished:
         spark_error = "; the Spark job failed: %s" % _without_java_stack(outcome["error"]) if "error" in outcome else ""
         raise ElasticJobError("run_elastic: every rank was lost: %s%s" % ("; ".join(lost), spark_error))

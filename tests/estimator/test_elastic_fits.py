@@ -57,6 +57,14 @@ def train_df(spark):
                                  ["features", "label"]).repartition(3).cache()
 
 
+def _replayed(capsys):
+    """The fit's output, written again so that a failure's report shows all of it."""
+    out, err = capsys.readouterr()
+    sys.stdout.write(out)
+    sys.stderr.write(err)
+    return out, err
+
+
 def _check_ranks_per_epoch(num_ranks, err):
     # Epoch 2 ran on the two survivors, or on three when the driver learnt of the loss and of the
     # rescheduled task in the same poll; from epoch 3 on the job is whole again.
@@ -89,7 +97,7 @@ def test_torch_fit_survives_an_executor_killed_mid_epoch(spark, train_df, tmp_pa
     marker = str(tmp_path / "killed")
     callbacks = [KillExecutorAtStep(marker, rank=2, epoch=1, step=5), AwaitReplacement(marker, size=3)]
     model = _torch_estimator(store, "killed", callbacks).fit(train_df)
-    out, err = capsys.readouterr()
+    out, err = _replayed(capsys)
     assert os.path.exists(marker), "the callback never killed an executor"
     history = model.getHistory()
     # Every epoch completed once; the interrupted one (epoch 2 of 5) ran again on the survivors,
@@ -132,7 +140,7 @@ def test_keras_fit_survives_an_executor_killed_mid_epoch(spark, tmp_path, capsys
     capsys.readouterr()
     model = fit("killed", [keras_kill_callback(marker, rank=2, epoch=1, step=5),
                            keras_await_replacement(marker, size=3)])
-    out, err = capsys.readouterr()
+    out, err = _replayed(capsys)
     assert os.path.exists(marker), "the callback never killed an executor"
     history = model.getHistory()
     assert len(history["loss"]) == EPOCHS, history

@@ -83,5 +83,18 @@ def test_run_elastic_grows_back_when_spark_reschedules_the_lost_task(spark, tmp_
     for rank, result in enumerate(results):
         assert result["rank"] == rank and result["steps"] == elastic_training.STEPS, result
         elastic_training.check_weights(result, reference)
+    # The survivors went on with 2 ranks until the new attempt joined, unless it registered before
+    # the driver declared the loss: then it joined in that same generation (see the next test).
     survivor = results[0]
-    assert 3 in survivor["sizes"] and 2 in survivor["sizes"], survivor["sizes"]
+    assert survivor["resets"] >= 1 and survivor["sizes"][-1] == 3, survivor
+
+
+def test_a_replacement_that_registers_before_the_loss_is_declared_joins(spark, tmp_path, monkeypatch):
+    # With a 20 s heartbeat timeout, the task Spark reruns on a new executor registers while the
+    # driver still counts the lost worker as running, so the job is full when it arrives: it waits
+    # on standby and joins in the generation that drops the lost worker.
+    monkeypatch.setenv("HOROVOD_SPARK_ELASTIC_HEARTBEAT_TIMEOUT_SECONDS", "20")
+    results, _ = _run_killing_an_executor(tmp_path, 0.5, grow_to=3)
+    assert [r["size"] for r in results] == [3, 3, 3], results
+    assert sorted(r["worker"] for r in results) == [0, 1, 3], results
+    assert all(r["steps"] == elastic_training.STEPS for r in results), results
