@@ -50,6 +50,12 @@ TARGET_BW_VS_MPI = 2.0
 TARGET_BW_VS_GLOO = 3.0
 TARGET_LAT_VS_MPI = 2.0
 TARGET_GROUPED_RATIO = 1.3
+MID_SIZE = 4 << 20
+TARGET_MID_VS_MPI = 1.0
+# --launches: every launch's median within this factor of the best launch's, and within a
+# launch the 99th percentile within this factor of its median (no launch stuck in a slow mode).
+TARGET_SPREAD = 1.5
+TARGET_TAIL = 3.0
 
 _UNITS = {"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "KIB": 1 << 10, "M": 1 << 20, "MB": 1 << 20,
           "MIB": 1 << 20, "G": 1 << 30, "GB": 1 << 30, "GIB": 1 << 30}
@@ -132,6 +138,10 @@ def build_parser():
                         "--quiet-load (for shared machines); then run regardless, with a warning")
     p.add_argument("--quiet-load", type=float, default=0.5, metavar="L")
     p.add_argument("--json-out", metavar="PATH", help="also write all results and metadata as JSON")
+    p.add_argument("--launches", type=int, default=0, metavar="N",
+                   help="instead of the sweep: launch each system N times (interleaved) at --sizes "
+                        "(default 4K) and report the spread of the launches' medians and each launch's "
+                        "p99 ÷ median (a job that starts in a slow mode stays in it)")
     return p
 
 
@@ -395,13 +405,18 @@ def markdown_table(header, rows):
     return "\n".join(lines)
 
 
-def allreduce_table(results, nranks, sizes, systems):
+def allreduce_table(results, nranks, sizes, systems, memcpy_gbps=None):
+    """One row per size; ``memcpy_gbps`` adds our bus bandwidth (algbw × 2(n-1)/n, the bytes each
+    rank moves) as a fraction of one core's memcpy bandwidth, measured in the same run."""
     by = {(r["system"], r["bytes"]): r for r in results if r["kind"] == "allreduce" and r["np"] == nranks}
     header = ["size"]
     for s in systems:
         header += ["%s latency" % LABELS[s], "%s algbw GB/s" % LABELS[s]]
     ratio_cols = [o for o in ("mpi", "gloo") if "horovod_spark" in systems and o in systems]
     header += ["algbw ours÷%s" % LABELS[o] for o in ratio_cols]
+    with_floor = bool(memcpy_gbps) and "horovod_spark" in systems
+    if with_floor:
+        header.append("our busbw ÷ memcpy")
     rows = []
     for size in sizes:
         row = [fmt_size(size)]
@@ -412,6 +427,9 @@ def allreduce_table(results, nranks, sizes, systems):
         for o in ratio_cols:
             other = by.get((o, size))
             row.append(fmt_ratio(other["median_s"] / ours["median_s"] if ours and other else None))
+        if with_floor:
+            busbw = ours["algbw_GBps"] * 2.0 * (nranks - 1) / nranks if ours else None
+            row.append(fmt_ratio(busbw / memcpy_gbps if busbw else None))
         rows.append(row)
     return markdown_table(header, rows)
 
@@ -454,6 +472,11 @@ def target_checks(results, nranks, systems):
             ratio = ours["algbw_GBps"] / ref["algbw_GBps"]
             check(ratio >= need, "64 MiB algbw ≥ %.0f× %s: %.2f vs %.2f GB/s = %.2f×"
                   % (need, LABELS[other], ours["algbw_GBps"], ref["algbw_GBps"], ratio))
+    ours, ref = ar.get(("horovod_spark", MID_SIZE)), ar.get(("mpi", MID_SIZE))
+    if ours and ref:
+        ratio = ref["median_s"] / ours["median_s"]
+        check(ratio >= TARGET_MID_VS_MPI, "4 MiB at least as fast as Open MPI: %s vs %s = %.2f×"
+              % (fmt_time(ours["median_s"]), fmt_time(ref["median_s"]), ratio))
     ours = ar.get(("horovod_spark", LAT_SIZE))
     ref = ar.get(("mpi", LAT_SIZE))
     if ours and ref:
@@ -473,6 +496,51 @@ def target_checks(results, nranks, systems):
               % (TARGET_GROUPED_RATIO, fmt_time(gr["async_many"]["median_s"]), fmt_time(gr["one_big"]["median_s"]),
                  ratio, async_floor(gr, nranks)))
     return out
+
+
+def spread_report(launch_records, nranks, sizes, systems):
+    """Markdown for --launches: per system and size, each launch's median, p99 and p99 ÷ median,
+    then the worst launch median ÷ the best, with PASS/MISS against TARGET_SPREAD / TARGET_TAIL."""
+    out = []
+    for system in systems:
+        for size in sizes:
+            runs = sorted((r for r in launch_records if r.get("kind") == "allreduce" and r["system"] == system
+                           and r["np"] == nranks and r["bytes"] == size), key=lambda r: r["launch"])
+            if not runs:
+                continue
+            rows = [[str(r["launch"] + 1), fmt_time(r["median_s"]), fmt_time(r.get("p99_s")),
+                     fmt_ratio(r["p99_s"] / r["median_s"] if r.get("p99_s") else None),
+                     "%.2f" % r.get("vol_csw_per_op", float("nan"))]
+                    for r in runs]
+            out.append("\n#### %s, %s, %d ranks, %d launches\n" % (LABELS[system], fmt_size(size), nranks, len(runs)))
+            out.append(markdown_table(["launch", "median", "p99", "p99 ÷ median", "sleeps per op"], rows))
+            medians = [r["median_s"] for r in runs]
+            spread = max(medians) / min(medians)
+            tails = [r["p99_s"] / r["median_s"] for r in runs if r.get("p99_s")]
+            out.append("")
+            out.append("- %s slowest launch's median ÷ fastest's: %s ÷ %s = %.2f× (target ≤ %.1f×)"
+                       % ("PASS" if spread <= TARGET_SPREAD else "MISS", fmt_time(max(medians)),
+                          fmt_time(min(medians)), spread, TARGET_SPREAD))
+            if tails:
+                out.append("- %s largest p99 ÷ median within a launch: %.2f× (target ≤ %.1f×)"
+                           % ("PASS" if max(tails) <= TARGET_TAIL else "MISS", max(tails), TARGET_TAIL))
+    return "\n".join(out)
+
+
+def run_launches(args, sizes, timeout):
+    """--launches: N launches of each system, interleaved; returns (records, errors)."""
+    records, errors = [], []
+    for nranks in args.np:
+        for launch in range(args.launches):
+            for system in args.systems:
+                recs, err, _ = run_system(system, nranks, sizes, args.quick, False, timeout)
+                for r in recs:
+                    r["launch"] = launch
+                records += recs
+                if err:
+                    errors.append("%s (np=%d, launch %d): %s" % (LABELS[system], nranks, launch + 1, err))
+                    sys.stderr.write("[bench] " + errors[-1].partition("\n")[0] + "\n")
+    return records, errors
 
 
 def async_floor(steps, nranks):
@@ -495,7 +563,7 @@ def async_floor(steps, nranks):
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
-    sizes = args.sizes or parse_sizes(QUICK_SIZES if args.quick else DEFAULT_SIZES)
+    sizes = args.sizes or parse_sizes("4K" if args.launches else QUICK_SIZES if args.quick else DEFAULT_SIZES)
     timeout = args.timeout or (120.0 if args.quick else 600.0)
     grouped = not args.no_grouped and "horovod_spark" in args.systems
 
@@ -507,6 +575,9 @@ def main(argv=None):
         sys.stderr.write("[bench] warning: 1-minute load average is %.2f on %d cores; other work will "
                          "skew these numbers\n" % (load_before[0], os.cpu_count() or 1))
     memcpy = memcpy_bandwidth()
+
+    if args.launches:
+        return _main_launches(args, sizes, timeout, started, load_before, memcpy)
 
     all_runs, errors, walls = [], [], {}
     for nranks in args.np:
@@ -555,7 +626,7 @@ def main(argv=None):
           % (TARGET_BW_VS_MPI, TARGET_BW_VS_GLOO, TARGET_LAT_VS_MPI, TARGET_GROUPED_RATIO))
     for nranks in args.np:
         print("\n### %d ranks\n" % nranks)
-        print(allreduce_table(results, nranks, sizes, args.systems))
+        print(allreduce_table(results, nranks, sizes, args.systems, memcpy["GBps"]))
         table = grouped_table(results, nranks)
         if table:
             print("\n" + table)
@@ -575,6 +646,29 @@ def main(argv=None):
         with open(args.json_out, "w") as f:
             json.dump({"meta": meta, "results": results, "all_runs": all_runs, "errors": errors}, f, indent=1)
     return 1 if errors and not results else 0
+
+
+def _main_launches(args, sizes, timeout, started, load_before, memcpy):
+    records, errors = run_launches(args, sizes, timeout)
+    after = loadavg()
+    print("## Allreduce over separate launches (float32, Sum, in place)\n")
+    print("- command: `python benchmarks/allreduce.py %s`" % " ".join(sys.argv[1:]))
+    print("- date: %s; revision: %s; machine: %s, %s cores; load average before %s, after %s"
+          % (started.strftime("%Y-%m-%d %H:%M UTC"), git_revision(), cpu_model(), os.cpu_count(),
+             " / ".join("%.2f" % x for x in load_before) if load_before else "?",
+             " / ".join("%.2f" % x for x in after) if after else "?"))
+    print("- each launch is a new job (new processes, new shared memory); latency = median over "
+          "iterations of the slowest rank's time; sleeps per op = voluntary context switches of the "
+          "busiest rank")
+    for nranks in args.np:
+        print(spread_report(records, nranks, sizes, args.systems))
+    if errors:
+        print("\n### Problems\n")
+        print("\n".join("- " + e.partition("\n")[0] for e in errors))
+    if args.json_out:
+        with open(args.json_out, "w") as f:
+            json.dump({"launches": records, "errors": errors, "memcpy_64MiB": memcpy}, f, indent=1)
+    return 1 if errors and not records else 0
 
 
 if __name__ == "__main__":

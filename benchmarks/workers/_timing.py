@@ -82,6 +82,7 @@ def summarize(times):
         "median_s": float(np.median(times)),
         "min_s": float(times.min()),
         "p90_s": float(np.percentile(times, 90)),
+        "p99_s": float(np.percentile(times, 99)),
         "mean_s": float(times.mean()),
     }
 
