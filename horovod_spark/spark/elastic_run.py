@@ -211,10 +211,10 @@ def _drive(server, secret, edriver, workers, scope, num_proc, min_num_proc, max_
         changed = []
         if "error" in outcome and not said_job_ended:
             # Spark gave up on the job (e.g. a partition failed spark.task.maxFailures times): no
-            # lost rank can be replaced any more; the ranks still running may still finish.
+            # lost rank can be replaced any more, and Spark stops the tasks still running.
             said_job_ended = True
-            say("run_elastic: the Spark job failed, so no lost rank can be replaced; %d rank(s) go on: %s"
-                % (len(running), _without_java_stack(outcome["error"])))
+            say("run_elastic: the Spark job failed, so no lost rank can be replaced: %s"
+                % _without_java_stack(outcome["error"]))
         for worker in list(running):
             code = workers.exits.get(worker)
             silent = edriver.silent_since(worker, workers.registered_at[worker] + start_timeout)
