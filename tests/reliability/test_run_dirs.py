@@ -64,7 +64,9 @@ def test_run_directory_is_removed_when_fn_raises(spark, tmp_path):
         horovod_spark.run(_record_workdir_then, args=(str(tmp_path), "raise"), num_proc=2, verbose=0)
     workdirs = _recorded(tmp_path)
     assert len(workdirs) == 2
-    assert not any(os.path.exists(w) for w in workdirs), workdirs
+    # run() raises as soon as the driver has the rank's traceback; each task removes its
+    # directory as it ends, which can be a moment later.
+    assert _gone_within(workdirs, 10), workdirs
 
 
 def test_run_directory_of_a_killed_task_is_removed_by_the_next_task(spark, tmp_path):
