@@ -34,10 +34,9 @@ def train(spec):
     import horovod_spark.keras as hvd
     hvd.init()
     try:
-        if spec.use_gpu and not spec.elastic:  # an elastic fit reports in its loop instead
-            rank_device.report_cpu_fallback(hvd, without_gpu, rank_device.TENSORFLOW_NO_GPU)
-        trainer = _KerasTrainer(spec, hvd)
-        trainer.cpu_fallback = (without_gpu, rank_device.TENSORFLOW_NO_GPU) if spec.use_gpu else None
+        trainer = _KerasTrainer(spec, hvd, (without_gpu, rank_device.TENSORFLOW_NO_GPU) if spec.use_gpu else None)
+        if not spec.elastic:  # an elastic fit reports at each (re)start instead
+            rank_device.report_devices(hvd, trainer.cpu_fallback)
         return trainer.run()
     finally:
         hvd.shutdown()
@@ -82,11 +81,12 @@ def load_checkpoint(data: bytes) -> dict:
 
 
 class _KerasTrainer:
-    def __init__(self, spec, hvd):
+    def __init__(self, spec, hvd, cpu_fallback=None):
         import keras
 
         from . import keras_io, keras_payload
         self.spec, self.hvd, self.keras = spec, hvd, keras
+        self.cpu_fallback = cpu_fallback  # see rank_device.report_devices
         self.rank, self.size = hvd.rank(), hvd.size()
         keras.utils.set_random_seed(int(np.random.SeedSequence([spec.seed, self.rank]).generate_state(1)[0]))
         parts = keras_payload.unpack(spec.payload)

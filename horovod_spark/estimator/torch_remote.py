@@ -36,6 +36,7 @@ def train(spec):
         if spec.elastic:
             from .torch_elastic import train_elastic
             return train_elastic(trainer)
+        rank_device.report_devices(hvd, trainer.cpu_fallback)
         return trainer.run()
     finally:
         hvd.shutdown()
@@ -71,8 +72,8 @@ class _Trainer:
         # Ranks sharing a host would otherwise each start a thread per core and fight over them.
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // max(1, hvd.local_size())))
         parts = torch_payload.unpack(spec.payload)
-        self.device = rank_device.torch_device(spec.use_gpu, hvd, report=not spec.elastic)
-        # What an elastic fit's loop reports at each (re)start (see rank_device.report_cpu_fallback).
+        self.device = rank_device.torch_device(spec.use_gpu, hvd)
+        # Reported once before a fixed-size fit, at each (re)start of an elastic one (rank_device).
         self.cpu_fallback = (self.device.type == "cpu", rank_device.TORCH_NO_GPU) if spec.use_gpu else None
         self.model = parts["model"].to(self.device)
         losses = [make() for make in parts["loss"]] if parts.get("loss_constructed") else parts["loss"]

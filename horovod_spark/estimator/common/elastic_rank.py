@@ -1,6 +1,6 @@
 """What both estimators' elastic rank loops do at each (re)start under ``hvd.elastic.run``."""
 from .history import History
-from .rank_device import report_cpu_fallback
+from .rank_device import report_devices
 
 
 class ElasticResume:
@@ -26,9 +26,7 @@ class ElasticResume:
             self._handled = self._resets
             trainer.place()
             trainer.reporter.resumed(state.epoch, trainer.spec.epochs, trainer.size)
-        if trainer.cpu_fallback is not None:
-            without_gpu, why = trainer.cpu_fallback
-            missing = report_cpu_fallback(trainer.hvd, without_gpu, why, quiet=self._said_no_gpu)
-            self._said_no_gpu = self._said_no_gpu or (missing > 0 and trainer.rank == 0)
+        missing = report_devices(trainer.hvd, trainer.cpu_fallback, quiet=self._said_no_gpu)
+        self._said_no_gpu = self._said_no_gpu or (missing > 0 and trainer.rank == 0)
         trainer.history = History(state.history)
         trainer.output_shapes = state.output_shapes

@@ -28,17 +28,24 @@ def report_cpu_fallback(hvd, without_gpu: bool, why: str, out=None, quiet: bool 
     return missing
 
 
-def torch_device(use_gpu: bool, hvd, report: bool = True):
-    """The torch device this rank trains on (set as the current CUDA device when it is one);
-    ``report``: run ``report_cpu_fallback`` now (an elastic fit runs it in its loop instead)."""
+def report_devices(hvd, cpu_fallback, quiet: bool = False) -> int:
+    """``report_cpu_fallback`` for a trainer's ``cpu_fallback``: None when use_gpu=False (nothing to
+    report, no collective), else (whether this rank has no GPU, why)."""
+    if cpu_fallback is None:
+        return 0
+    without_gpu, why = cpu_fallback
+    return report_cpu_fallback(hvd, without_gpu, why, quiet=quiet)
+
+
+def torch_device(use_gpu: bool, hvd):
+    """The torch device this rank trains on (set as the current CUDA device when it is one); the
+    caller reports a missing GPU with ``report_devices``."""
     import torch
     if not use_gpu:
         return torch.device("cpu")
     from horovod_spark.spark.gpus import rank_gpu
     count = torch.cuda.device_count() if torch.cuda.is_available() else 0
     index = rank_gpu(hvd.local_rank(), count)
-    if report:
-        report_cpu_fallback(hvd, index is None, TORCH_NO_GPU)
     if index is None:
         return torch.device("cpu")
     torch.cuda.set_device(index)
