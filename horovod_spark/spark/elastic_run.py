@@ -183,6 +183,10 @@ def _drive(server, secret, edriver, workers, scope, num_proc, min_num_proc, max_
     last_rank: Dict[int, int] = {}
     resets = 0
 
+    def silent(worker):
+        # A task that has not sent a heartbeat yet gets start_timeout from its registration.
+        return edriver.silent_since(worker, workers.registered_at[worker] + start_timeout)
+
     def form(cause):
         generation = edriver.form(running)
         last_rank.update({w: r for r, w in enumerate(running)})
@@ -217,19 +221,19 @@ def _drive(server, secret, edriver, workers, scope, num_proc, min_num_proc, max_
                 % _without_java_stack(outcome["error"]))
         for worker in list(running):
             code = workers.exits.get(worker)
-            silent = edriver.silent_since(worker, workers.registered_at[worker] + start_timeout)
+            quiet_for = silent(worker)
             if code == 0:
                 running.remove(worker)
                 finished.append(worker)
                 continue
-            if code is None and silent < lost_after:
+            if code is None and quiet_for < lost_after:
                 continue
             error = server.get_nowait(scope, run_local_rank.error_key(worker))
             if error is not None:
                 raise RankFailedError(last_rank.get(worker, worker), code, error.decode("utf-8", "replace"),
                                       "worker %d (rank %s) of run_elastic raised an exception; the job was stopped"
                                       % (worker, last_rank.get(worker)))
-            how = "exited with code %d" % code if code is not None else "was silent for %.0f s" % silent
+            how = "exited with code %d" % code if code is not None else "was silent for %.0f s" % quiet_for
             lost.append("worker %d (rank %s) %s" % (worker, last_rank.get(worker), how))
             changed.append("lost " + lost[-1])
             running.remove(worker)
@@ -237,8 +241,7 @@ def _drive(server, secret, edriver, workers, scope, num_proc, min_num_proc, max_
             wait_for_slots_until = time.monotonic() + elastic_timeout
         standby += workers.take_pending()
         for worker in list(standby):
-            gone = workers.exits.get(worker) is not None or \
-                edriver.silent_since(worker, workers.registered_at[worker] + start_timeout) >= lost_after
+            gone = workers.exits.get(worker) is not None or silent(worker) >= lost_after
             if finished or gone:
                 standby.remove(worker)
                 edriver.remove(worker)  # the job is finishing, or the task is gone: no rank for it
