@@ -394,6 +394,15 @@ def fmt_bw(gbps):
     return "%.3f" % gbps if gbps < 1 else "%.2f" % gbps
 
 
+def fmt_load(load):
+    return " / ".join("%.2f" % x for x in load) if load else "?"
+
+
+def command_line(argv):
+    return " ".join(["python", os.path.relpath(os.path.abspath(__file__), os.getcwd())] +
+                    (sys.argv[1:] if argv is None else list(argv)))
+
+
 def fmt_ratio(x):
     return "—" if x is None else "%.2f×" % x
 
@@ -508,22 +517,22 @@ def spread_report(launch_records, nranks, sizes, systems):
                            and r["np"] == nranks and r["bytes"] == size), key=lambda r: r["launch"])
             if not runs:
                 continue
+            tails = {r["launch"]: r["p99_s"] / r["median_s"] for r in runs if r.get("p99_s")}
             rows = [[str(r["launch"] + 1), fmt_time(r["median_s"]), fmt_time(r.get("p99_s")),
-                     fmt_ratio(r["p99_s"] / r["median_s"] if r.get("p99_s") else None),
-                     "%.2f" % r.get("vol_csw_per_op", float("nan"))]
+                     fmt_ratio(tails.get(r["launch"])), "%.2f" % r.get("vol_csw_per_op", float("nan"))]
                     for r in runs]
             out.append("\n#### %s, %s, %d ranks, %d launches\n" % (LABELS[system], fmt_size(size), nranks, len(runs)))
             out.append(markdown_table(["launch", "median", "p99", "p99 ÷ median", "sleeps per op"], rows))
             medians = [r["median_s"] for r in runs]
             spread = max(medians) / min(medians)
-            tails = [r["p99_s"] / r["median_s"] for r in runs if r.get("p99_s")]
             out.append("")
             out.append("- %s slowest launch's median ÷ fastest's: %s ÷ %s = %.2f× (target ≤ %.1f×)"
                        % ("PASS" if spread <= TARGET_SPREAD else "MISS", fmt_time(max(medians)),
                           fmt_time(min(medians)), spread, TARGET_SPREAD))
             if tails:
                 out.append("- %s largest p99 ÷ median within a launch: %.2f× (target ≤ %.1f×)"
-                           % ("PASS" if max(tails) <= TARGET_TAIL else "MISS", max(tails), TARGET_TAIL))
+                           % ("PASS" if max(tails.values()) <= TARGET_TAIL else "MISS", max(tails.values()),
+                              TARGET_TAIL))
     return "\n".join(out)
 
 
@@ -577,7 +586,7 @@ def main(argv=None):
     memcpy = memcpy_bandwidth()
 
     if args.launches:
-        return _main_launches(args, sizes, timeout, started, load_before, memcpy)
+        return _main_launches(args, argv, sizes, timeout, started, load_before, memcpy)
 
     all_runs, errors, walls = [], [], {}
     for nranks in args.np:
@@ -598,8 +607,7 @@ def main(argv=None):
     results = best_of(all_runs)
 
     meta = {
-        "command": " ".join(["python", os.path.relpath(os.path.abspath(__file__), os.getcwd())] +
-                            (sys.argv[1:] if argv is None else list(argv))),
+        "command": command_line(argv),
         "date_utc": started.strftime("%Y-%m-%d %H:%M UTC"),
         "cpu_model": cpu_model(), "cpus": os.cpu_count(), "mem_gib": mem_total_gib(),
         "loadavg_before": load_before, "loadavg_after": loadavg(),
@@ -613,8 +621,7 @@ def main(argv=None):
                                                                meta["core_built"]))
     print("- machine: %s, %s cores, %.0f GiB RAM; load average before %s, after %s" % (
         meta["cpu_model"], meta["cpus"], meta["mem_gib"] or 0,
-        " / ".join("%.2f" % x for x in load_before) if load_before else "?",
-        " / ".join("%.2f" % x for x in meta["loadavg_after"]) if meta["loadavg_after"] else "?"))
+        fmt_load(load_before), fmt_load(meta["loadavg_after"])))
     print("- memcpy ceiling: numpy copy of 64 MiB takes %s = %.2f GB/s (one core)"
           % (fmt_time(memcpy["median_s"]), memcpy["GBps"]))
     if args.repeat > 1:
@@ -648,15 +655,13 @@ def main(argv=None):
     return 1 if errors and not results else 0
 
 
-def _main_launches(args, sizes, timeout, started, load_before, memcpy):
+def _main_launches(args, argv, sizes, timeout, started, load_before, memcpy):
     records, errors = run_launches(args, sizes, timeout)
-    after = loadavg()
     print("## Allreduce over separate launches (float32, Sum, in place)\n")
-    print("- command: `python benchmarks/allreduce.py %s`" % " ".join(sys.argv[1:]))
+    print("- command: `%s`" % command_line(argv))
     print("- date: %s; revision: %s; machine: %s, %s cores; load average before %s, after %s"
           % (started.strftime("%Y-%m-%d %H:%M UTC"), git_revision(), cpu_model(), os.cpu_count(),
-             " / ".join("%.2f" % x for x in load_before) if load_before else "?",
-             " / ".join("%.2f" % x for x in after) if after else "?"))
+             fmt_load(load_before), fmt_load(loadavg())))
     print("- each launch is a new job (new processes, new shared memory); latency = median over "
           "iterations of the slowest rank's time; sleeps per op = voluntary context switches of the "
           "busiest rank")
