@@ -295,6 +295,12 @@ SHM_DISABLE = _define("HOROVOD_SHM_DISABLE", CORE_FLAG, False, "Use TCP between 
 SHM_RING_BYTES = _define("HOROVOD_SHM_RING_BYTES", core_number(65536, "bytes"), 4194304, "Size of each "
                          "shared-memory ring between two ranks on one host (rounded down to a multiple of 4096).",
                          read_by=CORE)
+SHM_SINGLE_COPY_BYTES = _define("HOROVOD_SHM_SINGLE_COPY_BYTES", core_number(0, "bytes"), 1048576, "Messages "
+                                "of at least this many bytes between ranks on one host are read straight out of "
+                                "the sender's memory (Linux cross-memory attach, process_vm_readv) instead of "
+                                "passing through the shared-memory ring: one copy instead of two. Used only where "
+                                "a probe at start-up finds it allowed (same user, no ptrace restriction); 0 turns "
+                                "it off.", read_by=CORE)
 SPECULATIVE_ALLREDUCE = _define("HOROVOD_SPECULATIVE_ALLREDUCE", CORE_FLAG, True, "Let small synchronous "
                                 "allreduces seen before skip negotiation.", read_by=CORE)
 _TWO_LEVELS = (" in two levels: within each host over shared memory, then across hosts, then within each host "

@@ -71,6 +71,8 @@ Config Config::from_env() {
   c.shm_ring_bytes =
       static_cast<size_t>(env_number("HOROVOD_SHM_RING_BYTES", static_cast<double>(c.shm_ring_bytes), 65536));
   c.shm_ring_bytes = c.shm_ring_bytes / 4096 * 4096;
+  c.shm_single_copy_bytes =
+      static_cast<size_t>(env_number("HOROVOD_SHM_SINGLE_COPY_BYTES", static_cast<double>(c.shm_single_copy_bytes), 0));
   c.hierarchical_allreduce = env_switch("HOROVOD_HIERARCHICAL_ALLREDUCE");
   c.hierarchical_allgather = env_switch("HOROVOD_HIERARCHICAL_ALLGATHER");
   c.autotune = env_flag("HOROVOD_AUTOTUNE");

@@ -24,6 +24,7 @@ struct Config {
   double start_timeout_seconds = 120;           // HOROVOD_START_TIMEOUT
   bool shm_disable = false;                     // HOROVOD_SHM_DISABLE
   size_t shm_ring_bytes = size_t(4) << 20;      // HOROVOD_SHM_RING_BYTES
+  size_t shm_single_copy_bytes = size_t(1) << 20;  // HOROVOD_SHM_SINGLE_COPY_BYTES (0 disables)
   bool speculative_allreduce = true;            // HOROVOD_SPECULATIVE_ALLREDUCE (0 disables)
   Switch hierarchical_allreduce = Switch::kAuto;  // HOROVOD_HIERARCHICAL_ALLREDUCE (rule: HostLayout::applies)
   Switch hierarchical_allgather = Switch::kAuto;  // HOROVOD_HIERARCHICAL_ALLGATHER

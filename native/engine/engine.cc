@@ -48,6 +48,7 @@ void Engine::start(const std::vector<PeerAddress>& peers, const std::string& job
   opt.connect_timeout_ms = static_cast<int>(cfg_.start_timeout_seconds * 1000);
   opt.data_timeout_ms = static_cast<int>(cfg_.data_timeout_seconds * 1000);
   opt.shm_data_ring_bytes = cfg_.shm_ring_bytes;
+  opt.shm_single_copy_bytes = cfg_.shm_single_copy_bytes;
   opt.disable_shm = cfg_.shm_disable;
   transport_.connect(peers, opt);
   agree_on_hierarchy();

@@ -118,6 +118,8 @@ class Engine {
     std::atomic<int64_t> nccl_collectives{0};  // responses the NCCL data plane ran (device memory)
   };
   Stats& stats() { return stats_; }
+  // Bytes received single-copy from peers on this host (transport/single_copy.h).
+  int64_t single_copy_bytes() const { return transport_.single_copy_bytes(); }
   // Autotune's setting in force on this rank and where rank 0's search is (engine_tuning.cc).
   TuningState tuning() const;
 

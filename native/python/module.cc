@@ -484,6 +484,7 @@ PYBIND11_MODULE(_core, m) {
     d["hierarchical_allreduces"] = s.hierarchical_allreduces.load();
     d["hierarchical_allgathers"] = s.hierarchical_allgathers.load();
     d["nccl_collectives"] = s.nccl_collectives.load();
+    d["single_copy_bytes"] = e->single_copy_bytes();
     return d;
   });
   m.def(
@@ -515,6 +516,7 @@ PYBIND11_MODULE(_core, m) {
     d["start_timeout_seconds"] = c.start_timeout_seconds;
     d["shm_disable"] = c.shm_disable;
     d["shm_ring_bytes"] = c.shm_ring_bytes;
+    d["shm_single_copy_bytes"] = c.shm_single_copy_bytes;
     d["speculative_allreduce"] = c.speculative_allreduce;
     d["hierarchical_allreduce"] = Config::switch_name(c.hierarchical_allreduce);
     d["hierarchical_allgather"] = Config::switch_name(c.hierarchical_allgather);

@@ -7,6 +7,8 @@
 
 namespace hs {
 
+class ShmLink;
+
 class PeerLink {
  public:
   virtual ~PeerLink() = default;
@@ -33,6 +35,8 @@ class PeerLink {
   virtual uint64_t news_mark() const { return 0; }
   // A socket to poll() for readiness, or -1 for shared memory (woken through the doorbell instead).
   virtual int poll_fd() const { return -1; }
+  // The shared-memory link behind this one, for single-copy transfers; null for sockets.
+  virtual ShmLink* shm() { return nullptr; }
 };
 
 }  // namespace hs

@@ -169,8 +169,14 @@ void ShmLink::notify_space_freed() {
 }
 
 uint64_t ShmLink::news_mark() const {
-  // Both only grow: their sum changes whenever either does.
-  return in_->head.load(std::memory_order_acquire) + out_->tail.load(std::memory_order_acquire);
+  // All only grow: their sum changes whenever one does.
+  return in_->head.load(std::memory_order_acquire) + out_->tail.load(std::memory_order_acquire) +
+         out_->copied.load(std::memory_order_acquire);
+}
+
+void ShmLink::mark_copied(size_t bytes) {
+  in_->copied.store(in_->copied.load(std::memory_order_relaxed) + bytes, std::memory_order_release);
+  doorbell_ring_if_sleeping(peer_bell_);
 }
 
 void ShmLink::wait_for_space(bool waiting) {

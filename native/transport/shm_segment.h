@@ -2,6 +2,7 @@
 // for control messages, plus a doorbell word per local rank. One segment per host (not per pair)
 // so a rank can sleep on a single futex that every local peer rings.
 #pragma once
+#include <sys/types.h>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -16,7 +17,14 @@ struct alignas(64) RingHeader {
   std::atomic<uint32_t> writer_waits;  // 1 while the writer waits for space (writer owns)
   char pad0[52];
   std::atomic<uint64_t> tail;  // bytes ever consumed (reader owns)
-  char pad1[56];
+  // Bytes of single-copy messages the reader has read straight out of the writer's memory
+  // (single_copy.h): a single-copy send is complete when this passes its end (reader owns).
+  std::atomic<uint64_t> copied;
+  // Messages of at least this many bytes travel single-copy; 0: never. Set once by the reader
+  // at set-up, from its probe of the writer's memory and its HOROVOD_SHM_SINGLE_COPY_BYTES, so
+  // both ends follow the reader's choice.
+  std::atomic<uint64_t> single_copy_from;
+  char pad1[40];
 };
 
 // A rank's futex word. Sleepers announce themselves (sleeping) and then look for news once more;
@@ -25,8 +33,11 @@ struct alignas(64) RingHeader {
 struct alignas(64) Doorbell {
   std::atomic<uint32_t> seq;       // bumped by every ring
   std::atomic<uint32_t> sleeping;  // threads of the owner that may be in futex_wait
-  std::atomic<uint32_t> pid;       // owner's pid, for liveness checks
-  char pad[52];
+  std::atomic<uint32_t> pid;       // owner's pid, for liveness checks and single-copy reads
+  // Where a peer can read probe_value in the owner's memory: the set-up's single-copy probe.
+  std::atomic<uint64_t> probe_addr;
+  std::atomic<uint64_t> probe_value;
+  char pad[32];
 };
 
 class ShmSegment {
@@ -77,6 +88,18 @@ class ShmLink : public PeerLink {
   void notify_space_freed() override;
   void wait_for_space(bool waiting) override;
   uint64_t news_mark() const override;
+  ShmLink* shm() override { return this; }
+
+  // Single-copy transfers (single_copy.h). Sending: the size from which the reader takes messages
+  // single-copy (0: never); note_single_copy_send returns the value of copied_by_peer() at which
+  // that message has been read. Receiving: the same threshold for the other direction, the
+  // sender's pid, and mark_copied once a message has been read (wakes the sender if it sleeps).
+  size_t send_single_copy_from() const { return out_->single_copy_from.load(std::memory_order_relaxed); }
+  uint64_t note_single_copy_send(size_t bytes) { return single_copy_sent_ += bytes; }
+  uint64_t copied_by_peer() const { return out_->copied.load(std::memory_order_acquire); }
+  size_t recv_single_copy_from() const { return in_->single_copy_from.load(std::memory_order_relaxed); }
+  pid_t peer_pid() const { return static_cast<pid_t>(peer_bell_->pid.load(std::memory_order_relaxed)); }
+  void mark_copied(size_t bytes);
 
  private:
   RingHeader* out_;
@@ -86,6 +109,7 @@ class ShmLink : public PeerLink {
   size_t cap_;
   Doorbell* peer_bell_;
   bool told_waiting_ = false;  // last value this writer stored in out_->writer_waits
+  uint64_t single_copy_sent_ = 0;  // bytes of single-copy messages ever sent on out_
 };
 
 }  // namespace hs

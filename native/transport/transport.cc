@@ -16,6 +16,7 @@
 #include "common/errors.h"
 #include "common/reduce.h"
 #include "transport/channels.h"
+#include "transport/single_copy.h"
 #include "transport/socket_util.h"
 #include "transport/tcp_link.h"
 
@@ -28,6 +29,9 @@ constexpr char kGoodbye = 'B';
 constexpr char kFailed = 'F';
 constexpr size_t kMaxFailureText = 1024;
 constexpr size_t kMaxChunk = 256 << 10;  // bounded pieces let the receiver start reducing early
+// A single-copy reduction reads the sender's data in pieces of this size into a buffer that stays
+// in cache for the reduction that follows.
+constexpr size_t kSingleCopyReduceChunk = 512 << 10;
 // Idle time inside an exchange before pause-spinning gives way to sched_yield, and before
 // yielding gives way to sleeping on the doorbell.
 constexpr int64_t kSpinUs = 50;
@@ -217,23 +221,79 @@ void Transport::wait_in_exchange(uint32_t token, const std::vector<int>& peers, 
   wait_for_activity(token, 1000);
 }
 
+namespace {
+// The message [p, p + bytes) as the sender's address ranges, through `scattered` when set;
+// neighbouring pieces merge.
+void describe_single_copy(const uint8_t* p, size_t bytes, const ScatteredBuffer* scattered,
+                          std::vector<RemoteSpan>* spans) {
+  spans->clear();
+  for (size_t off = 0; off < bytes;) {
+    const uint8_t* src = p + off;
+    size_t len = bytes - off;
+    if (scattered) scattered->map(src, len);
+    const uint64_t addr = reinterpret_cast<uintptr_t>(src);
+    if (!spans->empty() && spans->back().addr + spans->back().bytes == addr) spans->back().bytes += len;
+    else spans->push_back({addr, len});
+    off += len;
+  }
+}
+
+// Reads one span of a single-copy message from process `pid` into bytes [at, at + span.bytes) of
+// the receive: copied, or reduced with the local operand piece by piece. Returns an errno or 0.
+int read_single_copy(pid_t pid, const RemoteSpan& span, const RecvSpec& spec, size_t at, size_t esize,
+                     const ScatteredBuffer* scattered) {
+  static thread_local std::vector<uint64_t> staging;  // uint64_t: aligned for every dtype
+  for (size_t done = 0; done < span.bytes;) {
+    size_t k = span.bytes - done;
+    uint8_t* dst = static_cast<uint8_t*>(spec.dest) + at + done;
+    const uint8_t* local = spec.local ? static_cast<const uint8_t*>(spec.local) + at + done : nullptr;
+    if (scattered) {
+      scattered->map(dst, k);
+      if (local) scattered->map(local, k);
+    }
+    if (!local) local = dst;
+    const uint64_t from = span.addr + done;
+    if (spec.mode == RecvMode::kCopy) {
+      if (int err = read_peer_memory(pid, dst, from, k)) return err;
+    } else {
+      k = std::min(k, kSingleCopyReduceChunk);
+      staging.resize(kSingleCopyReduceChunk / sizeof(uint64_t));
+      if (int err = read_peer_memory(pid, staging.data(), from, k)) return err;
+      const uint8_t* incoming = reinterpret_cast<const uint8_t*>(staging.data());
+      if (spec.incoming_first) reduce_buffers(dst, incoming, local, k / esize, spec.dtype, spec.op);
+      else reduce_buffers(dst, local, incoming, k / esize, spec.dtype, spec.op);
+      scale_buffer(dst, k / esize, spec.dtype, spec.postscale);
+    }
+    done += k;
+  }
+  return 0;
+}
+}  // namespace
+
 void Transport::exchange(const std::vector<SendSpec>& sends, const std::vector<RecvSpec>& recvs) {
   struct SendState {
     PeerLink* link;
-    const uint8_t* p;
+    const uint8_t* p;  // what goes into the stream: the data, or a single-copy message's spans
     size_t bytes, total, off;
     int peer;
+    ShmLink* single_copy;     // set: complete once the peer has copied up to await_copied
+    uint64_t await_copied;
+    bool done;
   };
   struct RecvState {
     PeerLink* link;
     const RecvSpec* spec;
-    size_t total, off, esize;
+    size_t total, off, esize;  // single-copy: off counts message bytes read, total is unused
+    ShmLink* single_copy;      // set: the stream carries the sender's spans
+    size_t spans_read;         // single-copy: stream bytes consumed
+    bool done;
   };
   // Reused across calls (exchanges never nest): a small collective is a few exchanges, and
   // three allocations each would cost more than the copy of its data.
   static thread_local std::vector<SendState> ss;
   static thread_local std::vector<RecvState> rs;
   static thread_local std::vector<int> peers;
+  static thread_local std::vector<std::vector<RemoteSpan>> spans;  // per single-copy send
   ss.clear();
   rs.clear();
   peers.clear();
@@ -243,17 +303,36 @@ void Transport::exchange(const std::vector<SendSpec>& sends, const std::vector<R
     return data_[peer].get();
   };
   auto padded = [](size_t n, size_t a) { return (n + a - 1) / a * a; };
+  auto takes_single_copy = [](ShmLink* shm, size_t threshold, size_t bytes) {
+    return shm != nullptr && threshold > 0 && bytes >= threshold;
+  };
+  size_t single_copy_sends = 0;
   for (const auto& s : sends) {
     PeerLink* l = link_for(s.peer);
     if (s.bytes == 0) continue;
-    ss.push_back({l, static_cast<const uint8_t*>(s.data), s.bytes, padded(s.bytes, l->alignment()), 0, s.peer});
+    SendState st{
+        l, static_cast<const uint8_t*>(s.data), s.bytes, padded(s.bytes, l->alignment()), 0, s.peer, nullptr, 0, false};
+    ShmLink* shm = l->shm();
+    if (takes_single_copy(shm, shm ? shm->send_single_copy_from() : 0, s.bytes)) {
+      if (spans.size() <= single_copy_sends) spans.resize(single_copy_sends + 1);
+      std::vector<RemoteSpan>& mine = spans[single_copy_sends++];
+      describe_single_copy(st.p, s.bytes, scattered_, &mine);
+      st.p = reinterpret_cast<const uint8_t*>(mine.data());
+      st.bytes = mine.size() * sizeof(RemoteSpan);
+      st.total = padded(st.bytes, l->alignment());
+      st.single_copy = shm;
+      st.await_copied = shm->note_single_copy_send(s.bytes);
+    }
+    ss.push_back(st);
     peers.push_back(s.peer);
   }
   for (const auto& r : recvs) {
     PeerLink* l = link_for(r.peer);
     if (r.bytes == 0) continue;
     size_t es = r.mode == RecvMode::kReduce ? dtype_size(r.dtype) : 1;
-    rs.push_back({l, &r, padded(r.bytes, l->alignment()), 0, es});
+    ShmLink* shm = l->shm();
+    ShmLink* single_copy = takes_single_copy(shm, shm ? shm->recv_single_copy_from() : 0, r.bytes) ? shm : nullptr;
+    rs.push_back({l, &r, padded(r.bytes, l->alignment()), 0, es, single_copy, 0, false});
     peers.push_back(r.peer);
   }
   size_t pending = ss.size() + rs.size();
@@ -263,14 +342,14 @@ void Transport::exchange(const std::vector<SendSpec>& sends, const std::vector<R
     uint32_t token = activity_token();
     bool progress = false;
     for (auto& s : ss) {
-      if (s.off == s.total) continue;
+      if (s.done) continue;
       bool moved = false;
       while (s.off < s.total) {
         size_t n;
         if (s.off < s.bytes) {
           const uint8_t* src = s.p + s.off;
           size_t len = std::min(s.bytes - s.off, kMaxChunk);
-          if (scattered_) scattered_->map(src, len);
+          if (scattered_ && !s.single_copy) scattered_->map(src, len);
           n = send_or_wait_for_space(s.link, src, len);
         } else {
           n = send_or_wait_for_space(s.link, nullptr, s.total - s.off);  // alignment padding
@@ -284,46 +363,29 @@ void Transport::exchange(const std::vector<SendSpec>& sends, const std::vector<R
       if (moved) {
         notify_written(s.peer, s.link);
         progress = true;
-        if (s.off == s.total) --pending;
+      }
+      if (s.off == s.total && (!s.single_copy || s.single_copy->copied_by_peer() >= s.await_copied)) {
+        s.done = true;
+        progress = true;
+        --pending;
       }
     }
     for (auto& r : rs) {
-      if (r.off == r.total) continue;
-      bool moved = false;
-      const RecvSpec& spec = *r.spec;
-      while (r.off < r.total) {
-        auto span = r.link->peek();
-        if (span.second == 0) break;
-        size_t k;
-        if (r.off < spec.bytes) {
-          k = std::min(span.second, spec.bytes - r.off);
-          uint8_t* dst = static_cast<uint8_t*>(spec.dest) + r.off;
-          const uint8_t* local = spec.local ? static_cast<const uint8_t*>(spec.local) + r.off : nullptr;
-          if (scattered_) {  // (pieces hold whole elements: cutting at their ends keeps k whole)
-            scattered_->map(dst, k);
-            if (local) scattered_->map(local, k);
-          }
-          if (!local) local = dst;
-          k -= k % r.esize;
-          if (k == 0) break;  // wait for the rest of a partial element
-          if (spec.mode == RecvMode::kCopy) {
-            std::memcpy(dst, span.first, k);
-          } else {
-            if (spec.incoming_first) reduce_buffers(dst, span.first, local, k / r.esize, spec.dtype, spec.op);
-            else reduce_buffers(dst, local, span.first, k / r.esize, spec.dtype, spec.op);
-            scale_buffer(dst, k / r.esize, spec.dtype, spec.postscale);
-          }
-        } else {
-          k = std::min(span.second, r.total - r.off);
-        }
-        r.link->consume(k);
-        r.off += k;
-        moved = true;
-      }
+      if (r.done) continue;
+      bool moved = r.single_copy ? receive_single_copy(r.link, r.single_copy, *r.spec, r.esize, r.off, r.spans_read)
+                                 : receive_through_ring(r.link, *r.spec, r.esize, r.total, r.off);
       if (moved) {
         r.link->notify_space_freed();
         progress = true;
-        if (r.off == r.total) --pending;
+      }
+      if (r.single_copy ? r.off == r.spec->bytes && r.spans_read % r.link->alignment() == 0 : r.off == r.total) {
+        if (r.single_copy) {
+          r.single_copy->mark_copied(r.spec->bytes);
+          single_copy_bytes_.fetch_add(static_cast<int64_t>(r.spec->bytes), std::memory_order_relaxed);
+        }
+        r.done = true;
+        progress = true;
+        --pending;
       }
     }
     if (pending == 0) break;
@@ -335,6 +397,71 @@ void Transport::exchange(const std::vector<SendSpec>& sends, const std::vector<R
     progress_control();  // keep control traffic flowing so peers are never starved of responses
     wait_in_exchange(token, peers, idle_since, spins);
   }
+}
+
+bool Transport::receive_through_ring(PeerLink* link, const RecvSpec& spec, size_t esize, size_t total, size_t& off) {
+  bool moved = false;
+  while (off < total) {
+    auto span = link->peek();
+    if (span.second == 0) break;
+    size_t k;
+    if (off < spec.bytes) {
+      k = std::min(span.second, spec.bytes - off);
+      uint8_t* dst = static_cast<uint8_t*>(spec.dest) + off;
+      const uint8_t* local = spec.local ? static_cast<const uint8_t*>(spec.local) + off : nullptr;
+      if (scattered_) {  // (pieces hold whole elements: cutting at their ends keeps k whole)
+        scattered_->map(dst, k);
+        if (local) scattered_->map(local, k);
+      }
+      if (!local) local = dst;
+      k -= k % esize;
+      if (k == 0) break;  // wait for the rest of a partial element
+      if (spec.mode == RecvMode::kCopy) {
+        std::memcpy(dst, span.first, k);
+      } else {
+        if (spec.incoming_first) reduce_buffers(dst, span.first, local, k / esize, spec.dtype, spec.op);
+        else reduce_buffers(dst, local, span.first, k / esize, spec.dtype, spec.op);
+        scale_buffer(dst, k / esize, spec.dtype, spec.postscale);
+      }
+    } else {
+      k = std::min(span.second, total - off);
+    }
+    link->consume(k);
+    off += k;
+    moved = true;
+  }
+  return moved;
+}
+
+bool Transport::receive_single_copy(PeerLink* link, ShmLink* shm, const RecvSpec& spec, size_t esize, size_t& off,
+                                    size_t& spans_read) {
+  bool moved = false;
+  for (;;) {
+    auto got = link->peek();
+    if (off == spec.bytes) {  // every span read: consume the stream's padding
+      size_t pad = (link->alignment() - spans_read % link->alignment()) % link->alignment();
+      if (pad == 0 || got.second == 0) break;
+      size_t k = std::min(got.second, pad);
+      link->consume(k);
+      spans_read += k;
+      moved = true;
+      continue;
+    }
+    if (got.second < sizeof(RemoteSpan)) break;  // (a span is never split by the ring's end)
+    RemoteSpan span;
+    std::memcpy(&span, got.first, sizeof(span));
+    if (span.bytes == 0 || span.bytes > spec.bytes - off || span.bytes % esize != 0)
+      throw TransportError(describe(spec.peer) + " sent a malformed single-copy message (a span of " +
+                           std::to_string(span.bytes) + " bytes at byte " + std::to_string(off) + " of " +
+                           std::to_string(spec.bytes) + ")");
+    if (int err = read_single_copy(shm->peer_pid(), span, spec, off, esize, scattered_))
+      throw TransportError(explain("cannot read the data " + describe(spec.peer) + " sent: " + peer_memory_error(err)));
+    link->consume(sizeof(RemoteSpan));
+    spans_read += sizeof(RemoteSpan);
+    off += span.bytes;
+    moved = true;
+  }
+  return moved;
 }
 
 void Transport::post_control(int peer, std::string msg) {

@@ -3,6 +3,7 @@
 // crashed peer is noticed. Collectives reach it through exchange(); the engine through the control
 // channel (framed messages, never blocking the caller).
 #pragma once
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -27,6 +28,9 @@ struct TransportOptions {
   int data_timeout_ms = 600000;   // an exchange that makes no progress this long fails
   size_t shm_data_ring_bytes = 4 << 20;
   size_t shm_ctrl_ring_bytes = 1 << 20;
+  // Messages between ranks on this host of at least this many bytes are read straight out of the
+  // sender's memory (single_copy.h) where the host allows it; 0: always through the ring.
+  size_t shm_single_copy_bytes = 1 << 20;
   bool disable_shm = false;       // HOROVOD_SHM_DISABLE=1: force TCP between local ranks
 };
 
@@ -50,11 +54,13 @@ class Transport {
   // True when every peer is reached through shared memory whose data rings hold at least
   // `bytes` with room to spare: a send of that size then completes without the peer reading.
   bool can_send_unread(size_t bytes) const {
-    return local_size_ == size_ && size_ > 1 && bytes * 4 <= shm_data_ring_bytes_;
+    return local_size_ == size_ && size_ > 1 && bytes * 4 <= shm_data_ring_bytes_ && bytes < single_copy_send_from_;
   }
 
   // Point-to-point transfers between global ranks (see Group::exchange).
   void exchange(const std::vector<SendSpec>& sends, const std::vector<RecvSpec>& recvs);
+  // Bytes this rank has received single-copy (single_copy.h), read straight out of peers' memory.
+  int64_t single_copy_bytes() const { return single_copy_bytes_.load(std::memory_order_relaxed); }
   // See Group::scatter_through (the calling thread's exchanges only run one at a time anyway).
   void scatter_through(const ScatteredBuffer* b) { scattered_ = b; }
 
@@ -103,9 +109,17 @@ class Transport {
     std::deque<std::string> ready;
   };
   void setup_shared_memory(const std::vector<PeerAddress>& peers, const TransportOptions& opt);
+  // Per local peer: may this rank read its memory? Writes the answer into the ring it reads.
+  void probe_single_copy(const std::vector<int>& locals);
   void notify_written(int peer, PeerLink* link);  // notify_peer now, or owed while holding
   bool has_news() const;  // a link's news_mark moved since this thread's activity_token()
   static bool has_news_thunk(void* self) { return static_cast<Transport*>(self)->has_news(); }
+  // One receive's progress in exchange(): through the ring (off counts stream bytes, padding
+  // included), or single-copy (off counts message bytes read, spans_read the stream's bytes).
+  // True when something moved.
+  bool receive_through_ring(PeerLink* link, const RecvSpec& spec, size_t esize, size_t total, size_t& off);
+  bool receive_single_copy(PeerLink* link, ShmLink* shm, const RecvSpec& spec, size_t esize, size_t& off,
+                           size_t& spans_read);
   void wait_in_exchange(uint32_t token, const std::vector<int>& peers, int64_t& idle_since_us, int& spins);
 
   int rank_, size_;
@@ -131,6 +145,10 @@ class Transport {
   bool holding_notifies_ = false;
   const ScatteredBuffer* scattered_ = nullptr;
   std::vector<PeerLink*> owed_notifies_;  // by peer, while holding
+  uint64_t probe_word_ = 0;
+  size_t single_copy_send_from_ = SIZE_MAX;
+  std::atomic<int64_t> single_copy_bytes_{0};  // the least send_single_copy_from() of the local peers  // what local
+                                               // peers read to learn that they can read this rank's memory
 };
 
 // Holds a transport's wake-ups for the lifetime of this object (see hold_notifies).

@@ -2,11 +2,13 @@
 // the shared-memory rings to the peers on this host.
 #include <unistd.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
 #include "transport/channels.h"
 #include "transport/peer_handshake.h"
+#include "transport/single_copy.h"
 #include "transport/socket_util.h"
 #include "transport/tcp_link.h"
 #include "transport/transport.h"
@@ -104,32 +106,73 @@ void Transport::setup_shared_memory(const std::vector<PeerAddress>& peers, const
   size_t ctrl_bytes = opt.shm_ctrl_ring_bytes;
   std::string name =
       "/hs-" + opt.job_token.substr(0, 16) + "-" + std::to_string(creator) + "-" + std::to_string(peers[creator].port);
-  if (rank_ == creator) {
-    shm_ = ShmSegment::create(name, local_size_, data_bytes, ctrl_bytes);
-    char go = 'S';
+  // Rounds over the liveness sockets, led by the creator: S (segment created) / A (attached, and
+  // this rank's pid and probe word published), P (probe every peer) / Q (probed), D (every ring's
+  // single-copy threshold is final).
+  auto tell_locals = [&](char signal, const std::string& what) {
     for (int r : locals)
-      if (r != rank_) send_all(live_fd_[r], &go, 1, opt.connect_timeout_ms, "starting shared memory");
+      if (r != rank_) send_all(live_fd_[r], &signal, 1, opt.connect_timeout_ms, what);
+  };
+  auto hear_from_locals = [&](const std::string& what) {
     for (int r : locals) {
       if (r == rank_) continue;
-      char ack = 0;
-      recv_all(live_fd_[r], &ack, 1, opt.connect_timeout_ms, "waiting for " + describe(r) + " to attach shared memory");
+      char got = 0;
+      recv_all(live_fd_[r], &got, 1, opt.connect_timeout_ms, "waiting for " + describe(r) + " to " + what);
     }
+  };
+  auto tell_creator = [&](char signal, const std::string& what) {
+    send_all(live_fd_[creator], &signal, 1, opt.connect_timeout_ms, what);
+  };
+  auto hear_from_creator = [&](const std::string& what) {
+    char got = 0;
+    recv_all(live_fd_[creator], &got, 1, opt.connect_timeout_ms, "waiting for " + describe(creator) + " to " + what);
+  };
+  const int me = local_index_[rank_];
+  auto publish = [&]() {
+    my_bell_ = shm_->doorbell(me);
+    probe_word_ = 0x9e3779b97f4a7c15ull ^ (static_cast<uint64_t>(getpid()) << 32) ^ reinterpret_cast<uintptr_t>(this);
+    my_bell_->pid.store(static_cast<uint32_t>(getpid()));
+    my_bell_->probe_addr.store(reinterpret_cast<uintptr_t>(&probe_word_));
+    my_bell_->probe_value.store(probe_word_);
+  };
+  if (rank_ == creator) {
+    shm_ = ShmSegment::create(name, local_size_, data_bytes, ctrl_bytes);
+    publish();
+    tell_locals('S', "starting shared memory");
+    hear_from_locals("attach shared memory");
     shm_->unlink();
+    tell_locals('P', "starting the single-copy probe");
+    probe_single_copy(locals);
+    hear_from_locals("probe single-copy transfers");
+    tell_locals('D', "finishing shared memory");
   } else {
-    char go = 0;
-    recv_all(live_fd_[creator], &go, 1, opt.connect_timeout_ms,
-             "waiting for " + describe(creator) + " to create the shared memory of this host's ranks");
+    hear_from_creator("create the shared memory of this host's ranks");
     shm_ = ShmSegment::attach(name, local_size_, data_bytes, ctrl_bytes);
-    char ack = 'A';
-    send_all(live_fd_[creator], &ack, 1, opt.connect_timeout_ms, "acknowledging shared memory");
+    publish();
+    tell_creator('A', "acknowledging shared memory");
+    hear_from_creator("start the single-copy probe");
+    probe_single_copy(locals);
+    tell_creator('Q', "acknowledging the single-copy probe");
+    hear_from_creator("finish setting up shared memory");
   }
-  int me = local_index_[rank_];
-  my_bell_ = shm_->doorbell(me);
-  my_bell_->pid.store(static_cast<uint32_t>(getpid()));
   for (int r : locals) {
     if (r == rank_) continue;
-    data_[r].reset(new ShmLink(shm_.get(), false, me, local_index_[r]));
+    auto* data = new ShmLink(shm_.get(), false, me, local_index_[r]);
+    data_[r].reset(data);
     ctrl_[r].reset(new ShmLink(shm_.get(), true, me, local_index_[r]));
+    if (data->send_single_copy_from() > 0)
+      single_copy_send_from_ = std::min(single_copy_send_from_, data->send_single_copy_from());
+  }
+}
+
+void Transport::probe_single_copy(const std::vector<int>& locals) {
+  const int me = local_index_[rank_];
+  for (int r : locals) {
+    if (r == rank_) continue;
+    Doorbell* bell = shm_->doorbell(local_index_[r]);
+    bool ok = opt_.shm_single_copy_bytes > 0 && can_read_peer_memory(static_cast<pid_t>(bell->pid.load()),
+                                                                     bell->probe_addr.load(), bell->probe_value.load());
+    shm_->ring(false, local_index_[r], me)->single_copy_from.store(ok ? opt_.shm_single_copy_bytes : 0);
   }
 }
 

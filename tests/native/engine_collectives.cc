@@ -253,27 +253,43 @@ void blocking_repeats(Rank& k, bool all_shared_memory) {
     k.expect(k.engine().stats().speculative_sent.load() > sent_before, "no small allreduce went out early");
 }
 
+// Every collective above on one topology. `shared`: every rank on one host.
+void all_collectives(Rank& k, bool shared) {
+  allreduce_sum(k, 7, false);
+  allreduce_sum(k, 30000, true);  // over the direct/ring switch
+  allreduce_ops(k);
+  fused_steps(k);
+  grouped(k);
+  allgather(k);
+  broadcast(k);
+  alltoall(k);
+  reducescatter(k);
+  empty_tensors(k);
+  odd_then_wide(k);
+  k.expect(k.run(Rank::request(OpType::kBarrier, "__barrier__", nullptr, nullptr, DataType::kUInt8, {})).ok(),
+           "barrier failed");
+  blocking_repeats(k, shared);
+}
+
 }  // namespace
 
 void scenario_collectives() {
   for (const Topology& t : topologies()) {
     std::fprintf(stderr, "  collectives on %s\n", t.name);
     const bool shared = std::all_of(t.host_ids.begin(), t.host_ids.end(), [&](auto& h) { return h == t.host_ids[0]; });
-    Job(t.host_ids).run([&](Rank& k) {
-      allreduce_sum(k, 7, false);
-      allreduce_sum(k, 30000, true);  // over the direct/ring switch
-      allreduce_ops(k);
-      fused_steps(k);
-      grouped(k);
-      allgather(k);
-      broadcast(k);
-      alltoall(k);
-      reducescatter(k);
-      empty_tensors(k);
-      odd_then_wide(k);
-      k.expect(k.run(Rank::request(OpType::kBarrier, "__barrier__", nullptr, nullptr, DataType::kUInt8, {})).ok(),
-               "barrier failed");
-      blocking_repeats(k, shared);
+    Job(t.host_ids).run([&](Rank& k) { all_collectives(k, shared); });
+  }
+  // Single-copy transfers (transport/single_copy.h) from a size most of the messages above reach,
+  // fused and scattered ones included; on two hosts only the shared-memory pairs take them.
+  hs::Config single_copy = test_config();
+  single_copy.shm_single_copy_bytes = 4096;
+  for (const Topology& t : {Topology{"shm x3", {"h", "h", "h"}}, Topology{"2 hosts x2", {"a", "a", "b", "b"}}}) {
+    std::fprintf(stderr, "  collectives on %s, single-copy from 4 KiB\n", t.name);
+    const bool shared = t.host_ids.front() == t.host_ids.back();
+    Job(t.host_ids, single_copy).run([&](Rank& k) {
+      all_collectives(k, shared);
+      k.expect(k.engine().single_copy_bytes() > (int64_t(1) << 20),
+               "hardly any bytes travelled single-copy: " + std::to_string(k.engine().single_copy_bytes()));
     });
   }
 }

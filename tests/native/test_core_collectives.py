@@ -1,5 +1,8 @@
 """Every collective x every dtype x sizes 0, 1, odd, >= 1 MiB x 2, 3 and 4 real ranks, checked
-against numpy on the raw-buffer API of the core (no framework in between)."""
+against numpy on the raw-buffer API of the core (no framework in between).
+
+Transport "single-copy": shared memory with HOROVOD_SHM_SINGLE_COPY_BYTES at 4 KiB, so that most
+messages are read straight out of the sending process's memory (transport/single_copy.h)."""
 import pytest
 
 from horovod_spark.launcher import run_local
@@ -9,7 +12,7 @@ def _sweep(transport):
     import numpy as np
     from support import core_reference as ref
 
-    from horovod_spark.common import basics, ops
+    from horovod_spark.common import _core, basics, ops
 
     if transport == "mixed":
         ref.pretend_two_hosts()
@@ -82,15 +85,29 @@ def _sweep(transport):
                 full = ref.reduce_reference(xs, dtype, "Sum")
                 check("reducescatter " + tag, shape == (lens[r],) and
                       ref.matches(raw.view(ref.storage(dtype)), full[start:start + lens[r]], dtype))
+    _check_single_copy(transport, _core.stats(), check)
     ops.wait(ops.barrier_async())
     basics.shutdown()
     return failures
 
 
+def _check_single_copy(transport, stats, check):
+    if transport == "single-copy":
+        check("no bytes travelled single-copy", stats["single_copy_bytes"] > 1 << 20)
+    else:
+        check("%d bytes travelled single-copy" % stats["single_copy_bytes"],
+              transport != "tcp" or stats["single_copy_bytes"] == 0)
+
+
+def _env(transport):
+    return {"tcp": {"HOROVOD_SHM_DISABLE": "1"},
+            "single-copy": {"HOROVOD_SHM_SINGLE_COPY_BYTES": "4096"}}.get(transport, {})
+
+
 @pytest.mark.parametrize("num_proc,transport", [(2, "shm"), (3, "shm"), (4, "shm"), (2, "tcp"),
-                                                (3, "tcp"), (4, "mixed")])
+                                                (3, "tcp"), (4, "mixed"), (3, "single-copy")])
 def test_every_collective_dtype_and_size(num_proc, transport):
-    env = {"HOROVOD_SHM_DISABLE": "1"} if transport == "tcp" else {}
+    env = _env(transport)
     results = run_local(_sweep, args=(transport,), num_proc=num_proc, env=env, timeout=300)
     failures = [f for per_rank in results for f in per_rank]
     assert not failures, "\n".join(failures[:40])
@@ -152,14 +169,17 @@ def _fused_sweep(transport):
     scattered = _core.stats()["scattered_allreduces"] - scattered_before
     if scattered == 0:
         failures.append("rank %d: no fused allreduce ran without the fusion-buffer copy" % r)
+    _check_single_copy(transport, _core.stats(),
+                       lambda what, ok: ok or failures.append("rank %d: %s" % (r, what)))
     ops.wait(ops.barrier_async())
     basics.shutdown()
     return failures
 
 
-@pytest.mark.parametrize("num_proc,transport", [(2, "shm"), (3, "shm"), (4, "shm"), (2, "tcp"), (4, "mixed")])
+@pytest.mark.parametrize("num_proc,transport", [(2, "shm"), (3, "shm"), (4, "shm"), (2, "tcp"), (4, "mixed"),
+                                                (3, "single-copy")])
 def test_fused_allreduce_between_tensors(num_proc, transport):
-    env = {"HOROVOD_SHM_DISABLE": "1"} if transport == "tcp" else {}
+    env = _env(transport)
     if transport == "mixed":  # the flat algorithm's copy-free path (test_core_hierarchical.py: the two-level one)
         env["HOROVOD_HIERARCHICAL_ALLREDUCE"] = "0"
     results = run_local(_fused_sweep, args=(transport,), num_proc=num_proc, env=env, timeout=300)
