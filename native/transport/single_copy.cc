@@ -2,27 +2,52 @@
 
 #include <sys/uio.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
 namespace hs {
 
-int read_peer_memory(pid_t pid, void* dst, uint64_t remote, size_t n) {
-  auto* out = static_cast<char*>(dst);
-  while (n > 0) {
-    struct iovec local = {out, n};
-    struct iovec far = {reinterpret_cast<void*>(static_cast<uintptr_t>(remote)), n};
-    ssize_t k = process_vm_readv(pid, &local, 1, &far, 1, 0);
+namespace {
+// Drops the first n bytes of the ranges [*v, *v + *count).
+void advance(iovec*& v, size_t& count, size_t n) {
+  while (n > 0 && count > 0) {
+    size_t k = std::min(n, v->iov_len);
+    v->iov_base = static_cast<char*>(v->iov_base) + k;
+    v->iov_len -= k;
+    n -= k;
+    if (v->iov_len == 0) {
+      ++v;
+      --count;
+    }
+  }
+  while (count > 0 && v->iov_len == 0) {
+    ++v;
+    --count;
+  }
+}
+}  // namespace
+
+int read_peer_memory(pid_t pid, iovec* local, size_t n_local, iovec* remote, size_t n_remote) {
+  advance(local, n_local, 0);
+  advance(remote, n_remote, 0);
+  while (n_local > 0 && n_remote > 0) {
+    ssize_t k = process_vm_readv(pid, local, n_local, remote, n_remote, 0);
     if (k < 0) {
       if (errno == EINTR) continue;
       return errno;
     }
     if (k == 0) return EFAULT;  // a partial read that cannot advance: the rest is not mapped
-    out += k;
-    remote += static_cast<uint64_t>(k);
-    n -= static_cast<size_t>(k);
+    advance(local, n_local, static_cast<size_t>(k));
+    advance(remote, n_remote, static_cast<size_t>(k));
   }
   return 0;
+}
+
+int read_peer_memory(pid_t pid, void* dst, uint64_t remote, size_t n) {
+  iovec here = {dst, n};
+  iovec there = {reinterpret_cast<void*>(static_cast<uintptr_t>(remote)), n};
+  return read_peer_memory(pid, &here, 1, &there, 1);
 }
 
 bool can_read_peer_memory(pid_t pid, uint64_t remote, uint64_t expected) {

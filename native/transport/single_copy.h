@@ -9,6 +9,7 @@
 // user, no ptrace restriction, one PID namespace) is probed once when the rings are set up.
 #pragma once
 #include <sys/types.h>
+#include <sys/uio.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -23,8 +24,24 @@ struct RemoteSpan {
 };
 static_assert(sizeof(RemoteSpan) == 16, "RemoteSpan is a wire record");
 
-// Copies n bytes at `remote` in process `pid` to `dst`. Returns 0, or the errno that stopped it
-// (ESRCH: the process is gone; EFAULT: the range is not mapped there; EPERM: not allowed).
+// How far the receiver of a single-copy message has got: message bytes read, bytes of the
+// stream (spans and padding) consumed, and bytes already read of the first unconsumed span.
+struct SingleCopyProgress {
+  size_t read = 0;
+  size_t stream = 0;
+  size_t skip = 0;
+};
+
+// Most address ranges one read takes on either side (the kernel's UIO_MAXIOV).
+constexpr size_t kMaxReadRanges = 1024;
+
+// Copies from process `pid` the ranges `remote` (there), in order, into the ranges `local` (here),
+// in order: one system call for all of them unless one stops part way. Both lists cover the same
+// number of bytes, in at most kMaxReadRanges ranges each; both are consumed. Returns 0, or the
+// errno that stopped it (ESRCH: the process is gone; EFAULT: a range is not mapped there; EPERM:
+// not allowed).
+int read_peer_memory(pid_t pid, iovec* local, size_t n_local, iovec* remote, size_t n_remote);
+// The same for one range.
 int read_peer_memory(pid_t pid, void* dst, uint64_t remote, size_t n);
 
 // True when this process can read `expected` at `remote` in process `pid`: the probe that decides

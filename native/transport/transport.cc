@@ -238,36 +238,6 @@ void describe_single_copy(const uint8_t* p, size_t bytes, const ScatteredBuffer*
   }
 }
 
-// Reads one span of a single-copy message from process `pid` into bytes [at, at + span.bytes) of
-// the receive: copied, or reduced with the local operand piece by piece. Returns an errno or 0.
-int read_single_copy(pid_t pid, const RemoteSpan& span, const RecvSpec& spec, size_t at, size_t esize,
-                     const ScatteredBuffer* scattered) {
-  static thread_local std::vector<uint64_t> staging;  // uint64_t: aligned for every dtype
-  for (size_t done = 0; done < span.bytes;) {
-    size_t k = span.bytes - done;
-    uint8_t* dst = static_cast<uint8_t*>(spec.dest) + at + done;
-    const uint8_t* local = spec.local ? static_cast<const uint8_t*>(spec.local) + at + done : nullptr;
-    if (scattered) {
-      scattered->map(dst, k);
-      if (local) scattered->map(local, k);
-    }
-    if (!local) local = dst;
-    const uint64_t from = span.addr + done;
-    if (spec.mode == RecvMode::kCopy) {
-      if (int err = read_peer_memory(pid, dst, from, k)) return err;
-    } else {
-      k = std::min(k, kSingleCopyReduceChunk);
-      staging.resize(kSingleCopyReduceChunk / sizeof(uint64_t));
-      if (int err = read_peer_memory(pid, staging.data(), from, k)) return err;
-      const uint8_t* incoming = reinterpret_cast<const uint8_t*>(staging.data());
-      if (spec.incoming_first) reduce_buffers(dst, incoming, local, k / esize, spec.dtype, spec.op);
-      else reduce_buffers(dst, local, incoming, k / esize, spec.dtype, spec.op);
-      scale_buffer(dst, k / esize, spec.dtype, spec.postscale);
-    }
-    done += k;
-  }
-  return 0;
-}
 }  // namespace
 
 void Transport::exchange(const std::vector<SendSpec>& sends, const std::vector<RecvSpec>& recvs) {
@@ -283,9 +253,9 @@ void Transport::exchange(const std::vector<SendSpec>& sends, const std::vector<R
   struct RecvState {
     PeerLink* link;
     const RecvSpec* spec;
-    size_t total, off, esize;  // single-copy: off counts message bytes read, total is unused
+    size_t total, off, esize;  // (a single-copy receive keeps its progress in `at` instead)
     ShmLink* single_copy;      // set: the stream carries the sender's spans
-    size_t spans_read;         // single-copy: stream bytes consumed
+    SingleCopyProgress at;
     bool done;
   };
   // Reused across calls (exchanges never nest): a small collective is a few exchanges, and
@@ -332,7 +302,7 @@ void Transport::exchange(const std::vector<SendSpec>& sends, const std::vector<R
     size_t es = r.mode == RecvMode::kReduce ? dtype_size(r.dtype) : 1;
     ShmLink* shm = l->shm();
     ShmLink* single_copy = takes_single_copy(shm, shm ? shm->recv_single_copy_from() : 0, r.bytes) ? shm : nullptr;
-    rs.push_back({l, &r, padded(r.bytes, l->alignment()), 0, es, single_copy, 0, false});
+    rs.push_back({l, &r, padded(r.bytes, l->alignment()), 0, es, single_copy, SingleCopyProgress(), false});
     peers.push_back(r.peer);
   }
   size_t pending = ss.size() + rs.size();
@@ -372,13 +342,13 @@ void Transport::exchange(const std::vector<SendSpec>& sends, const std::vector<R
     }
     for (auto& r : rs) {
       if (r.done) continue;
-      bool moved = r.single_copy ? receive_single_copy(r.link, r.single_copy, *r.spec, r.esize, r.off, r.spans_read)
+      bool moved = r.single_copy ? receive_single_copy(r.link, r.single_copy, *r.spec, r.esize, r.at)
                                  : receive_through_ring(r.link, *r.spec, r.esize, r.total, r.off);
       if (moved) {
         r.link->notify_space_freed();
         progress = true;
       }
-      if (r.single_copy ? r.off == r.spec->bytes && r.spans_read % r.link->alignment() == 0 : r.off == r.total) {
+      if (r.single_copy ? r.at.read == r.spec->bytes && r.at.stream % r.link->alignment() == 0 : r.off == r.total) {
         if (r.single_copy) {
           r.single_copy->mark_copied(r.spec->bytes);
           single_copy_bytes_.fetch_add(static_cast<int64_t>(r.spec->bytes), std::memory_order_relaxed);
@@ -433,32 +403,97 @@ bool Transport::receive_through_ring(PeerLink* link, const RecvSpec& spec, size_
   return moved;
 }
 
-bool Transport::receive_single_copy(PeerLink* link, ShmLink* shm, const RecvSpec& spec, size_t esize, size_t& off,
-                                    size_t& spans_read) {
+bool Transport::receive_single_copy(PeerLink* link, ShmLink* shm, const RecvSpec& spec, size_t esize,
+                                    SingleCopyProgress& at) {
+  static thread_local std::vector<iovec> here, there;
+  static thread_local std::vector<uint64_t> staging;  // uint64_t: aligned for every dtype
+  const bool reduce = spec.mode == RecvMode::kReduce;
+  const size_t align = link->alignment();
   bool moved = false;
   for (;;) {
     auto got = link->peek();
-    if (off == spec.bytes) {  // every span read: consume the stream's padding
-      size_t pad = (link->alignment() - spans_read % link->alignment()) % link->alignment();
+    if (at.read == spec.bytes) {  // every span read: consume the stream's padding
+      size_t pad = (align - at.stream % align) % align;
       if (pad == 0 || got.second == 0) break;
       size_t k = std::min(got.second, pad);
       link->consume(k);
-      spans_read += k;
+      at.stream += k;
       moved = true;
       continue;
     }
-    if (got.second < sizeof(RemoteSpan)) break;  // (a span is never split by the ring's end)
-    RemoteSpan span;
-    std::memcpy(&span, got.first, sizeof(span));
-    if (span.bytes == 0 || span.bytes > spec.bytes - off || span.bytes % esize != 0)
-      throw TransportError(describe(spec.peer) + " sent a malformed single-copy message (a span of " +
-                           std::to_string(span.bytes) + " bytes at byte " + std::to_string(off) + " of " +
-                           std::to_string(spec.bytes) + ")");
-    if (int err = read_single_copy(shm->peer_pid(), span, spec, off, esize, scattered_))
+    // The spans that have arrived (the ring's end never splits one), read in one batch: up to the
+    // staging buffer's size when reducing, bounded by the ranges one read takes on either side.
+    const size_t arrived = std::min(got.second / sizeof(RemoteSpan), kMaxReadRanges);
+    if (arrived == 0) break;
+    auto span = [&](size_t i) {
+      RemoteSpan sp;
+      std::memcpy(&sp, got.first + i * sizeof(RemoteSpan), sizeof(sp));
+      return sp;
+    };
+    size_t want = 0;
+    const size_t limit = reduce ? std::min(kSingleCopyReduceChunk, spec.bytes - at.read) : spec.bytes - at.read;
+    for (size_t i = 0, skip = at.skip; i < arrived && want < limit; ++i, skip = 0) {
+      const RemoteSpan sp = span(i);
+      if (sp.bytes <= skip || sp.bytes % esize != 0 || sp.bytes - skip > spec.bytes - at.read - want)
+        throw TransportError(describe(spec.peer) + " sent a malformed single-copy message (a span of " +
+                             std::to_string(sp.bytes) + " bytes at byte " + std::to_string(at.read + want) + " of " +
+                             std::to_string(spec.bytes) + ")");
+      want += std::min(sp.bytes - skip, limit - want);
+    }
+    // Where the bytes go here: the staging buffer, or the destination's pieces (which may cut the
+    // batch shorter).
+    here.clear();
+    if (reduce) {
+      staging.resize(kSingleCopyReduceChunk / sizeof(uint64_t));
+      here.push_back({staging.data(), want});
+    } else {
+      size_t covered = 0;
+      while (covered < want && here.size() < kMaxReadRanges) {
+        uint8_t* dst = static_cast<uint8_t*>(spec.dest) + at.read + covered;
+        size_t k = want - covered;
+        if (scattered_) scattered_->map(dst, k);
+        here.push_back({dst, k});
+        covered += k;
+      }
+      want = covered;
+    }
+    there.clear();
+    size_t whole = 0, skip = at.skip;
+    for (size_t i = 0, taken = 0; taken < want; ++i) {
+      const RemoteSpan sp = span(i);
+      const size_t k = std::min(sp.bytes - skip, want - taken);
+      there.push_back({reinterpret_cast<void*>(static_cast<uintptr_t>(sp.addr + skip)), k});
+      taken += k;
+      if (k == sp.bytes - skip) {
+        ++whole;
+        skip = 0;
+      } else {
+        skip += k;
+      }
+    }
+    if (int err = read_peer_memory(shm->peer_pid(), here.data(), here.size(), there.data(), there.size()))
       throw TransportError(explain("cannot read the data " + describe(spec.peer) + " sent: " + peer_memory_error(err)));
-    link->consume(sizeof(RemoteSpan));
-    spans_read += sizeof(RemoteSpan);
-    off += span.bytes;
+    if (reduce) {
+      const uint8_t* incoming = reinterpret_cast<const uint8_t*>(staging.data());
+      for (size_t done = 0; done < want;) {
+        uint8_t* dst = static_cast<uint8_t*>(spec.dest) + at.read + done;
+        const uint8_t* local = spec.local ? static_cast<const uint8_t*>(spec.local) + at.read + done : nullptr;
+        size_t k = want - done;
+        if (scattered_) {  // (pieces hold whole elements: cutting at their ends keeps k whole)
+          scattered_->map(dst, k);
+          if (local) scattered_->map(local, k);
+        }
+        if (!local) local = dst;
+        if (spec.incoming_first) reduce_buffers(dst, incoming + done, local, k / esize, spec.dtype, spec.op);
+        else reduce_buffers(dst, local, incoming + done, k / esize, spec.dtype, spec.op);
+        scale_buffer(dst, k / esize, spec.dtype, spec.postscale);
+        done += k;
+      }
+    }
+    link->consume(whole * sizeof(RemoteSpan));
+    at.stream += whole * sizeof(RemoteSpan);
+    at.skip = skip;
+    at.read += want;
     moved = true;
   }
   return moved;

@@ -13,6 +13,7 @@
 #include "transport/group.h"
 #include "transport/peer_link.h"
 #include "transport/shm_segment.h"
+#include "transport/single_copy.h"
 
 namespace hs {
 
@@ -114,12 +115,10 @@ class Transport {
   void notify_written(int peer, PeerLink* link);  // notify_peer now, or owed while holding
   bool has_news() const;  // a link's news_mark moved since this thread's activity_token()
   static bool has_news_thunk(void* self) { return static_cast<Transport*>(self)->has_news(); }
-  // One receive's progress in exchange(): through the ring (off counts stream bytes, padding
-  // included), or single-copy (off counts message bytes read, spans_read the stream's bytes).
-  // True when something moved.
+  // One receive's progress in exchange(), through the ring (off counts stream bytes, padding
+  // included) or single-copy; true when something moved.
   bool receive_through_ring(PeerLink* link, const RecvSpec& spec, size_t esize, size_t total, size_t& off);
-  bool receive_single_copy(PeerLink* link, ShmLink* shm, const RecvSpec& spec, size_t esize, size_t& off,
-                           size_t& spans_read);
+  bool receive_single_copy(PeerLink* link, ShmLink* shm, const RecvSpec& spec, size_t esize, SingleCopyProgress& at);
   void wait_in_exchange(uint32_t token, const std::vector<int>& peers, int64_t& idle_since_us, int& spins);
 
   int rank_, size_;
