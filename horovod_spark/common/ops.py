@@ -224,6 +224,28 @@ def poll(handle: int) -> bool:
     return _core.poll(handle)
 
 
+def enqueue_allreduce_batch(names, ptrs, dtype_codes, shapes, op, prescale, postscale, process_set_id) -> list:
+    """In-place allreduces of many tensors (``ptrs``, prechecked like ``enqueue_allreduce_prechecked``'s
+    arguments), each its own request named as one ``allreduce_async_`` would name it, queued in one
+    call and one wake-up of the engine; their handles."""
+    return _core.enqueue_allreduce_batch(names, ptrs, dtype_codes, shapes, op, prescale, postscale, process_set_id)
+
+
+def wait_all(handles) -> None:
+    """``wait`` for every one of ``handles`` (whose results are not wanted); once all have finished,
+    raises the first error among them."""
+    done = _core.wait_plain(handles, 1.0)
+    error = None
+    for h in handles[done:]:
+        try:
+            wait(h)
+        except Exception as exc:  # (raised below, once every handle has finished)
+            if error is None:
+                error = exc
+    if error is not None:
+        raise error
+
+
 def wait(handle: int, timeout: Optional[float] = None):
     """Block until the handle completes and return its result (see module doc). The wait happens
     in short slices so Ctrl-C reaches Python."""

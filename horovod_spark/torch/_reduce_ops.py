@@ -101,6 +101,33 @@ def allreduce_named_async_(tensor, core_name, name, op, prescale_factor, postsca
     return _launch_allreduce(tensor, True, name, op, prescale_factor, postscale_factor, process_set)
 
 
+def cpu_dtype_code(tensor):
+    """The core's dtype code of a CPU tensor's dtype, or None (another device, an unsupported dtype)."""
+    return _CPU_DTYPE_CODES.get(tensor.dtype) if tensor.device.type == "cpu" else None
+
+
+def plain_op_code(op):
+    """The core's code of a plain reduction ``op`` while CPU tensors go straight to the core (not
+    through the staging thread, as tests can ask), or None."""
+    if _staging._cpu_through_staging_thread:
+        return None
+    try:
+        return _PLAIN_OP_CODES.get(op)
+    except TypeError:  # unhashable
+        return None
+
+
+def allreduce_batch_(core_names, ptrs, dtype_codes, shapes, op_code, prescale_factor, postscale_factor,
+                     process_set):
+    """In-place allreduces of contiguous CPU tensors at ``ptrs`` (with their ``cpu_dtype_code`` and
+    shapes), named ``core_names`` as ``allreduce_named_async_`` names them, queued in one call into
+    the core. Returns the core handles, for ``ops.wait_all``; the caller keeps the tensors alive
+    until then."""
+    ps_id = 0 if process_set is global_process_set else _handles.process_set_id(process_set)
+    return _core.enqueue_allreduce_batch(core_names, ptrs, dtype_codes, shapes, op_code, float(prescale_factor),
+                                         float(postscale_factor), ps_id)
+
+
 def _launch_allreduce(tensor, inplace, name, op, prescale_factor, postscale_factor, process_set):
     codes = _plain_codes(tensor, op)
     if codes is not None:

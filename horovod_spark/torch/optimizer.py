@@ -2,7 +2,9 @@
 
 A hook on every parameter starts that parameter's allreduce the moment autograd has accumulated
 its gradient, so communication overlaps the rest of backward; ``step()`` only waits for what is
-still in flight, then runs the wrapped optimizer's own update.
+still in flight, then runs the wrapped optimizer's own update. Where nothing is free to overlap
+(every rank on one host, CPU gradients, every core computing: optimizer_launch.py), the hooks only
+count, and ``step()`` starts every allreduce in one call.
 """
 import warnings
 import weakref
@@ -10,19 +12,24 @@ from contextlib import contextmanager
 
 import torch
 
+from horovod_spark.common import ops
 from horovod_spark.common.process_sets import global_process_set
 from horovod_spark.torch._handles import synchronize
 from horovod_spark.torch._optimizer_hooks import TOO_MANY_PASSES, ZERO_GRAD_RACE, on_grad_ready
 from horovod_spark.torch._reduce_ops import (
     Adasum,
     Average,
+    allreduce_batch_,
     allreduce_named_async_,
+    cpu_dtype_code,
     grouped_allreduce_async_,
+    plain_op_code,
     sparse_allreduce_async,
 )
 from horovod_spark.torch.compression import Compression
 from horovod_spark.torch.optimizer_adasum import adasum_optimizer
 from horovod_spark.torch.optimizer_groups import form_groups, validate_groups
+from horovod_spark.torch.optimizer_launch import launch_at_step
 
 _STEP_AFTER_SYNC = ("optimizer.step() called without optimizer.skip_synchronize() context after "
                     "optimizer.synchronize(). This can cause training slowdown. You may want to consider "
@@ -76,7 +83,7 @@ class _ParamSlot:
     """A watched parameter's per-step state, which its gradient hook carries. The hook path keys
     nothing by the parameter: a tensor's ``__hash__`` is a Python function, and a dict look-up by
     parameter cost a Python call, several times per gradient per step."""
-    __slots__ = ("param", "name", "core_name", "delay", "group")
+    __slots__ = ("param", "name", "core_name", "delay", "group", "shape", "dtype_code")
 
     def __init__(self, param, name, delay):
         self.param = param
@@ -84,6 +91,10 @@ class _ParamSlot:
         self.core_name = "allreduce.%s" % name  # the core's name of its allreduce, built once
         self.delay = delay  # backward passes still to accumulate before the allreduce starts
         self.group = None  # its _GradGroup (groups= only)
+        # What a step's batch (_launch_batch) needs of the gradient, which torch keeps to the
+        # parameter's shape, dtype and device: the core's dtype code, None off the CPU.
+        self.shape = tuple(param.shape)
+        self.dtype_code = cpu_dtype_code(param)
 
 
 class _DistributedOptimizer:
@@ -110,6 +121,8 @@ class _DistributedOptimizer:
         self._groups = validate_groups(groups)
         self._units = None  # cache of _unit_count()
         self._grad_groups = []
+        self._launch_at_step = False  # see optimizer_launch.py
+        self._batch_keep_alive = None  # the gradients of a batch in flight (_launch_batch)
         self._distributed = process_set.included() and process_set.size() > 1
         if self._distributed:
             self._register_hooks()
@@ -126,6 +139,8 @@ class _DistributedOptimizer:
                 for p in params:
                     self._slots[p].group = group
                 self._grad_groups.append(group)
+        else:
+            self._launch_at_step = launch_at_step(trainable)
 
     def _watch(self, p):
         slot = self._slots[p] = _ParamSlot(p, self._parameter_names[p], self.backward_passes_per_step)
@@ -201,6 +216,36 @@ class _DistributedOptimizer:
                                           process_set=self.process_set)
         return handle, ctxs
 
+    def _launch_batch(self, handles):
+        """Starts, in one call into the core, the allreduce of every gradient that needs nothing
+        but an in-place allreduce (dense, contiguous, on the CPU, no compression), leaving the
+        others in ``handles`` for ``_launch``; returns the core handles. Each is the allreduce,
+        under the same name, that ``_launch_one`` would start. (Nothing has been started yet: the
+        hooks only count when launching at step.)"""
+        op_code = plain_op_code(self.op)
+        if self._compression is not Compression.none or op_code is None:
+            return None
+        grads, names, ptrs, dtypes, shapes, rest = [], [], [], [], [], []
+        for slot in self._slots.values():
+            grad = slot.param.grad
+            if grad is None or slot.dtype_code is None or grad.is_sparse or not grad.is_contiguous():
+                rest.append(slot)
+                continue
+            grads.append(grad)
+            names.append(slot.core_name)
+            ptrs.append(grad.data_ptr())
+            dtypes.append(slot.dtype_code)
+            shapes.append(slot.shape)
+        if not grads:
+            return None
+        pre, post = self._scale_factors()
+        core_handles = allreduce_batch_(names, ptrs, dtypes, shapes, op_code, pre, post, self.process_set)
+        handles.clear()
+        for slot in rest:
+            handles[slot] = (None, None)
+        self._batch_keep_alive = grads
+        return core_handles
+
     def _launch(self, key):
         return self._launch_group(key.params) if type(key) is _GradGroup else self._launch_one(key)
 
@@ -215,7 +260,7 @@ class _DistributedOptimizer:
                                  "higher-order gradients" % slot.name)
         slot.delay = delay = delay - 1
         group = slot.group
-        if delay > 0:
+        if delay > 0 or self._launch_at_step:
             self._handles.setdefault(slot if group is None else group, (None, None))
             return
         if group is None:
@@ -241,11 +286,15 @@ class _DistributedOptimizer:
         if len(handles) < self._unit_count():
             for slot in self._slots.values():
                 handles.setdefault(slot.group or slot, (None, None))
+        batch = self._launch_batch(handles) if self._launch_at_step else None
         for key, (handle, _) in list(handles.items()):
             if handle is None:
                 handles[key] = self._launch(key)
         plain = self._compression is Compression.none
         try:
+            if batch:
+                ops.wait_all(batch)
+                self._batch_keep_alive = None
             for key, (handle, ctx) in handles.items():
                 if type(key) is _GradGroup:
                     for p, out, c in zip(key.params, synchronize(handle), ctx):

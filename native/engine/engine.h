@@ -90,7 +90,10 @@ class Engine {
   // Returns a handle; errors that need no negotiation (unknown process set, engine failed)
   // complete the handle at once. A name already in flight throws std::invalid_argument instead
   // (Horovod refuses it from the call), and nothing is queued.
-  int64_t enqueue(TensorRequest req, bool wake_engine_thread = true);
+  int64_t enqueue(TensorRequest req, bool wake = true);
+  // Requests of one process set queued together (all checked first, as check_names_free does):
+  // the engine thread sees all of them in one cycle. Their handles, in order.
+  std::vector<int64_t> enqueue_batch(std::vector<TensorRequest> reqs);
   // Throws std::invalid_argument when one of `names` (of `process_set`) is already in flight, or
   // repeats: lets a caller that submits several requests check them all before queuing any.
   void check_names_free(int32_t process_set, const std::vector<std::string>& names);
@@ -176,6 +179,8 @@ class Engine {
   void fatal(const std::string& msg);
   std::string key_of(int32_t ps, const std::string& name) const { return tensor_key(ps, name); }
   std::string duplicate_name_message(const std::string& name) const;
+  void admit_locked(TensorRequest& req, std::string* err, HandleError* kind, std::string* duplicate);
+  void wake_engine_thread();
 
   int rank_, size_;
   Config cfg_;

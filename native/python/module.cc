@@ -363,6 +363,73 @@ PyObject* enqueue_allreduce_group(PyObject*, PyObject* const* args, Py_ssize_t n
   });
 }
 
+// enqueue_allreduce_batch(names, ptrs, dtypes, shapes, op, prescale, postscale, process_set)
+//   -> [handle]: in-place allreduces of many tensors, each its own request as enqueue_allreduce
+// makes it, queued together (Engine::enqueue_batch). Every argument is checked before anything is
+// queued. DistributedOptimizer's step, once per step for every gradient.
+PyObject* enqueue_allreduce_batch(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 8) {
+    PyErr_Format(PyExc_TypeError, "enqueue_allreduce_batch takes 8 arguments (%zd given)", nargs);
+    return nullptr;
+  }
+  struct Lists {  // the four per-tensor arguments as fast sequences, released on every way out
+    PyObject* seq[4] = {nullptr, nullptr, nullptr, nullptr};
+    ~Lists() {
+      for (PyObject* q : seq) Py_XDECREF(q);
+    }
+  } lists;
+  Py_ssize_t n = -1;
+  for (int k = 0; k < 4; ++k) {
+    lists.seq[k] = PySequence_Fast(args[k], "enqueue_allreduce_batch: names, ptrs, dtypes and shapes must be lists");
+    if (!lists.seq[k]) return nullptr;
+    Py_ssize_t len = PySequence_Fast_GET_SIZE(lists.seq[k]);
+    if (n >= 0 && len != n) {
+      PyErr_SetString(PyExc_ValueError, "enqueue_allreduce_batch: names, ptrs, dtypes and shapes differ in length");
+      return nullptr;
+    }
+    n = len;
+  }
+  return with_python_errors([&]() -> PyObject* {
+    long long op, process_set;
+    double prescale, postscale;
+    if (!arg_long(args[4], "op", &op) || !arg_double(args[5], "prescale", &prescale) ||
+        !arg_double(args[6], "postscale", &postscale) || !arg_long(args[7], "process_set", &process_set))
+      return nullptr;
+    static const std::vector<int64_t> no_splits;
+    std::vector<TensorRequest> reqs;
+    reqs.reserve(static_cast<size_t>(n));
+    std::vector<int64_t> shape;
+    for (Py_ssize_t i = 0; i < n; ++i) {
+      const char* name;
+      Py_ssize_t name_len;
+      long long dtype;
+      if (!arg_name(PySequence_Fast_GET_ITEM(lists.seq[0], i), "allreduce: name", &name, &name_len)) return nullptr;
+      unsigned long long ptr = PyLong_AsUnsignedLongLong(PySequence_Fast_GET_ITEM(lists.seq[1], i));
+      if (PyErr_Occurred()) return nullptr;
+      if (!arg_long(PySequence_Fast_GET_ITEM(lists.seq[2], i), "dtype", &dtype) ||
+          !arg_shape(PySequence_Fast_GET_ITEM(lists.seq[3], i), &shape))
+        return nullptr;
+      reqs.push_back(make_request(static_cast<int>(OpType::kAllreduce), std::string(name, name_len), ptr, ptr,
+                                  static_cast<int>(dtype), shape, 0, static_cast<int>(op), prescale, postscale,
+                                  static_cast<int>(process_set), no_splits));
+    }
+    FastEngine fast;
+    if (!fast.get()) return nullptr;
+    std::vector<int64_t> handles = fast.get()->enqueue_batch(std::move(reqs));
+    PyObject* out = PyList_New(static_cast<Py_ssize_t>(handles.size()));
+    if (!out) return nullptr;
+    for (size_t i = 0; i < handles.size(); ++i) {
+      PyObject* h = PyLong_FromLongLong(handles[i]);
+      if (!h) {
+        Py_DECREF(out);
+        return nullptr;
+      }
+      PyList_SET_ITEM(out, static_cast<Py_ssize_t>(i), h);
+    }
+    return out;
+  });
+}
+
 template <PyObject* (*F)(PyObject*, PyObject* const*, Py_ssize_t)>
 PyMethodDef fastcall_def(const char* name, const char* doc) {
   return {name, reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(F)), METH_FASTCALL, doc};
@@ -376,6 +443,10 @@ PyMethodDef g_enqueue_allreduce_group_def = fastcall_def<enqueue_allreduce_group
     "enqueue_allreduce_group",
     "enqueue_allreduce_group(name, in_ptrs, out_ptrs, dtype, shapes, op, prescale, postscale, "
     "process_set) -> handle: one packed request for the whole group.");
+PyMethodDef g_enqueue_allreduce_batch_def = fastcall_def<enqueue_allreduce_batch>(
+    "enqueue_allreduce_batch",
+    "enqueue_allreduce_batch(names, ptrs, dtypes, shapes, op, prescale, postscale, process_set) -> [handle]: "
+    "in-place allreduces of many tensors, each its own request, queued together.");
 PyMethodDef g_enqueue_allreduce_def =
     fastcall_def<enqueue_allreduce>("enqueue_allreduce",
                                     "enqueue_allreduce(name, in_ptr, out_ptr, dtype, shape, op, prescale, postscale, "
@@ -431,6 +502,19 @@ PYBIND11_MODULE(_core, m) {
         engine()->check_names_free(process_set, names);
       },
       "ValueError when one of the names is already in flight in the process set (or repeats).");
+  m.def(
+      "wait_plain",
+      [](const std::vector<int64_t>& handles, double timeout) {
+        std::shared_ptr<Engine> e = engine();
+        py::gil_scoped_release nogil;
+        size_t done = 0;
+        while (done < handles.size() && e->wait(handles[done], timeout) && e->handles().take_if_plain(handles[done]))
+          ++done;
+        return done;
+      },
+      "Waits for the handles in order and takes each that succeeded with no result; returns how many "
+      "it took. It stops at the first that fails, has a result, or is not done within timeout seconds "
+      "(each): wait_take that one and the rest.");
   m.def("poll", [](int64_t h) { return engine()->handles().poll(h); });
   m.def("wait", [](int64_t h, double timeout) {
     std::shared_ptr<Engine> e = engine();
@@ -438,7 +522,8 @@ PYBIND11_MODULE(_core, m) {
     return e->wait(h, timeout);
   });
   m.def("take", [](int64_t h) { return take(*engine(), h); });
-  for (PyMethodDef* def : {&g_run_allreduce_def, &g_enqueue_allreduce_def, &g_enqueue_allreduce_group_def})
+  for (PyMethodDef* def :
+       {&g_run_allreduce_def, &g_enqueue_allreduce_def, &g_enqueue_allreduce_group_def, &g_enqueue_allreduce_batch_def})
     m.add_object(def->ml_name,
                  py::reinterpret_steal<py::object>(PyCFunction_NewEx(def, nullptr, m.attr("__name__").ptr())));
   m.def("wait_take", [](int64_t h, double timeout) -> py::object {

@@ -3,7 +3,9 @@ local ranks.
 
 The reference for distributed training is one process training on the concatenated batches; each
 rank computes that reference itself (same seeds, no collectives) and compares. One run_local runs
-every check; each is reported as its own parametrized test.
+every check; each is reported as its own parametrized test. Every check runs with the gradients'
+allreduces started from their hooks during backward and, again, all at step()
+(horovod_spark/torch/optimizer_launch.py chooses between them by the machine).
 """
 import sys
 import traceback
@@ -18,9 +20,14 @@ RANK_TIMEOUT = 150
 STEPS = 4
 
 
-def _run_checks(names):
-    import horovod_spark.torch as hvd
+LAUNCH_MODES = {"from hooks": False, "at step": True}
 
+
+def _run_checks(names, launch_at_step):
+    import horovod_spark.torch as hvd
+    from horovod_spark.torch import optimizer
+
+    optimizer.launch_at_step = lambda params: launch_at_step
     hvd.init()
     torch.set_num_threads(1)
     module = sys.modules[__name__]
@@ -395,12 +402,57 @@ def check_sync_batch_norm(hvd):
     return {"running_mean": sync.running_mean.clone()}
 
 
+def check_launch_mode(hvd):
+    from horovod_spark.torch import optimizer
+
+    expected = optimizer.launch_at_step(None)
+    model = _mlp()
+    opt = hvd.DistributedOptimizer(_sgd(model.parameters()), named_parameters=model.named_parameters())
+    assert opt._launch_at_step is expected
+    x, y = _batches(steps=1)[0]
+    torch.nn.functional.mse_loss(model(_shard(x, hvd.rank(), hvd.size())), _shard(y, hvd.rank(), hvd.size())).backward()
+    started = [handle is not None for handle, _ in opt._handles.values()]
+    assert len(started) == 4 and all(started) is not expected and any(started) is not expected, started
+    opt.step()
+    _close(_flat_params(model), _train_reference(_sgd, steps=1), rtol=1e-10, atol=1e-10)
+    return {"params": _flat_params(model)}
+
+
+def check_ranks_that_launch_at_different_times_still_match(hvd):
+    from horovod_spark.torch import optimizer
+
+    chosen = optimizer.launch_at_step
+    optimizer.launch_at_step = lambda params: hvd.rank() == 0
+    try:
+        result = _check_matches_reference(hvd, _sgd)
+    finally:
+        optimizer.launch_at_step = chosen
+    return result
+
+
+def check_launch_policy(hvd):
+    """The real policy: every rank here is on one host with CPU parameters, so it launches at
+    step() exactly when the host's cores are all taken by the ranks' compute threads."""
+    from horovod_spark.torch import optimizer_launch
+
+    params = list(_mlp().parameters())
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(optimizer_launch.usable_cpus())
+        assert optimizer_launch.launch_at_step(params)
+        assert not optimizer_launch.launch_at_step([torch.empty(3, device="meta")])
+        assert not optimizer_launch.launch_at_step([])
+    finally:
+        torch.set_num_threads(threads)
+    return {}
+
+
 CHECKS = [name for name in list(globals()) if name.startswith("check_")]
 
 
-@pytest.fixture(scope="module")
-def rank_results():
-    return run_local(_run_checks, args=(CHECKS,), num_proc=2, timeout=RANK_TIMEOUT)
+@pytest.fixture(scope="module", params=list(LAUNCH_MODES))
+def rank_results(request):
+    return run_local(_run_checks, args=(CHECKS, LAUNCH_MODES[request.param]), num_proc=2, timeout=RANK_TIMEOUT)
 
 
 @pytest.mark.parametrize("check", CHECKS)
