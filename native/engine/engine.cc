@@ -19,9 +19,12 @@ namespace {
 enum MessageKind : uint8_t { kRequests = 1, kResponses = 2, kSpeculation = 3 };  // 4: kTuningMessage
 enum RequestTag : uint8_t { kFullRequest = 0, kCachedRequest = 1 };
 enum ResponseTag : uint8_t { kFullResponse = 0, kCachedResponses = 1 };
-constexpr int kSpinRoundsBeforeSleep = 200;
+constexpr int kSpinRoundsBeforeSleep = 2000;
+// After a batch (enqueue_batch: a whole step's requests at once) nothing more is due soon, and
+// staying hot would take turns with the caller's next computation on a host whose cores all work.
+constexpr int kSpinRoundsAfterBatch = 200;
 constexpr int64_t kWaitSpinUs = 50, kWaitYieldUs = 500;
-constexpr int kParkedTimeoutUs = 2000;
+constexpr int kParkedTimeoutUs = 50000;
 }  // namespace
 
 Engine::Engine(int rank, int size, const Config& cfg, const std::string& bind_host)
@@ -124,6 +127,7 @@ void Engine::wake_engine_thread() {
 }
 
 int64_t Engine::enqueue(TensorRequest req, bool wake) {
+  if (batched_.load(std::memory_order_relaxed)) batched_.store(false, std::memory_order_relaxed);
   req.handle = handles_.create();
   const int64_t handle = req.handle;
   if (timeline_.active()) req.enqueued_us = Timeline::now_us();  // (its only reader)
@@ -156,6 +160,7 @@ std::vector<int64_t> Engine::enqueue_batch(std::vector<TensorRequest> reqs) {
     names.push_back(r.meta.name);
   }
   check_names_free(process_set, names);
+  batched_.store(true, std::memory_order_relaxed);
   std::vector<int64_t> handles;
   handles.reserve(reqs.size());
   const int64_t now = timeline_.active() ? Timeline::now_us() : 0;
@@ -259,7 +264,7 @@ void Engine::loop() {
     }
     // Stay hot briefly after work (the next step's tensors usually follow at once), then sleep
     // on the doorbell so an idle rank costs no CPU.
-    if (++idle_rounds < kSpinRoundsBeforeSleep) {
+    if (++idle_rounds < (batched_.load(std::memory_order_relaxed) ? kSpinRoundsAfterBatch : kSpinRoundsBeforeSleep)) {
       if (idle_rounds > 200 || transport_.oversubscribed()) sched_yield();
       continue;
     }

@@ -11,6 +11,7 @@
 
 #include "engine_ranks.h"
 #include "engine_scenarios.h"
+#include "transport/single_copy.h"
 #include "transport/socket_util.h"
 #include "transport/tcp_link.h"
 
@@ -98,6 +99,26 @@ void scenario_links() {
     expect(misaligned == 0, kRank, what + ": " + std::to_string(misaligned) + " int64 spans were not 8-byte aligned");
   }
   sender.join();
+
+  // The single-copy probe and reads (one process plays both ends: its own pid).
+  std::fprintf(stderr, "  single-copy reads: the probe and ranges split differently on each side\n");
+  const pid_t me = ::getpid();
+  uint64_t word = 0x5eedf00dcafe1234ull;
+  const uint64_t at = reinterpret_cast<uintptr_t>(&word);
+  expect(hs::can_read_peer_memory(me, at, word), kRank, "the probe of this process's own word failed");
+  expect(!hs::can_read_peer_memory(me, at, word + 1), kRank, "the probe accepted a wrong value");
+  expect(!hs::can_read_peer_memory(me, 0, word), kRank, "the probe accepted a null address");
+  expect(!hs::can_read_peer_memory(me, 8, word), kRank, "the probe accepted an unmapped address");
+  expect(!hs::can_read_peer_memory(0, at, word), kRank, "the probe accepted pid 0");
+  expect(!hs::can_read_peer_memory(0x3fffffff, at, word), kRank, "the probe accepted a pid that does not exist");
+  // 3 source ranges into 4 destination ranges whose boundaries differ.
+  std::vector<uint8_t> src(10000), dst(10000, 0);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = uint8_t(i * 7 + 1);
+  iovec there[3] = {{src.data(), 3000}, {src.data() + 3000, 1}, {src.data() + 3001, 6999}};
+  iovec here[4] = {{dst.data(), 17}, {dst.data() + 17, 4000}, {dst.data() + 4017, 5000}, {dst.data() + 9017, 983}};
+  expect(hs::read_peer_memory(me, here, 4, there, 3) == 0 && dst == src, kRank,
+         "a read of 3 ranges into 4 did not copy every byte in order");
+  expect(hs::read_peer_memory(me, dst.data(), 8, 16) != 0, kRank, "a read of an unmapped range did not fail");
 }
 
 }  // namespace hs_test
