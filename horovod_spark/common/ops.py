@@ -94,6 +94,10 @@ def allreduce(name, in_ptr, out_ptr, dtype, shape, op=Average, prescale=1.0, pos
 run_allreduce_prechecked = _core.run_allreduce
 # allreduce_async's counterpart (same arguments): returns the handle.
 enqueue_allreduce_prechecked = _core.enqueue_allreduce
+# (names, ptrs, dtype codes, shapes, op, prescale, postscale, process_set_id) -> handles: in-place
+# allreduces of many tensors, prechecked alike, each its own request named as allreduce_async_
+# names it, queued together (one lock, one wake-up of the engine).
+enqueue_allreduce_batch = _core.enqueue_allreduce_batch
 
 
 def allreduce_prechecked(name, in_ptr, out_ptr, dtype_code, shape, op, prescale, postscale,
@@ -222,13 +226,6 @@ def control_async(op, name, root=0, splits=()) -> int:
 
 def poll(handle: int) -> bool:
     return _core.poll(handle)
-
-
-def enqueue_allreduce_batch(names, ptrs, dtype_codes, shapes, op, prescale, postscale, process_set_id) -> list:
-    """In-place allreduces of many tensors (``ptrs``, prechecked like ``enqueue_allreduce_prechecked``'s
-    arguments), each its own request named as one ``allreduce_async_`` would name it, queued in one
-    call and one wake-up of the engine; their handles."""
-    return _core.enqueue_allreduce_batch(names, ptrs, dtype_codes, shapes, op, prescale, postscale, process_set_id)
 
 
 def wait_all(handles) -> None:

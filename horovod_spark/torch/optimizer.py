@@ -122,7 +122,6 @@ class _DistributedOptimizer:
         self._units = None  # cache of _unit_count()
         self._grad_groups = []
         self._launch_at_step = False  # see optimizer_launch.py
-        self._batch_keep_alive = None  # the gradients of a batch in flight (_launch_batch)
         self._distributed = process_set.included() and process_set.size() > 1
         if self._distributed:
             self._register_hooks()
@@ -219,7 +218,8 @@ class _DistributedOptimizer:
     def _launch_batch(self, handles):
         """Starts, in one call into the core, the allreduce of every gradient that needs nothing
         but an in-place allreduce (dense, contiguous, on the CPU, no compression), leaving the
-        others in ``handles`` for ``_launch``; returns the core handles. Each is the allreduce,
+        others in ``handles`` for ``_launch``; returns the core handles and the gradients, which
+        must stay alive until those complete (or None when none qualified). Each is the allreduce,
         under the same name, that ``_launch_one`` would start. (Nothing has been started yet: the
         hooks only count when launching at step.)"""
         op_code = plain_op_code(self.op)
@@ -243,8 +243,7 @@ class _DistributedOptimizer:
         handles.clear()
         for slot in rest:
             handles[slot] = (None, None)
-        self._batch_keep_alive = grads
-        return core_handles
+        return core_handles, grads
 
     def _launch(self, key):
         return self._launch_group(key.params) if type(key) is _GradGroup else self._launch_one(key)
@@ -286,15 +285,14 @@ class _DistributedOptimizer:
         if len(handles) < self._unit_count():
             for slot in self._slots.values():
                 handles.setdefault(slot.group or slot, (None, None))
-        batch = self._launch_batch(handles) if self._launch_at_step else None
+        batch = self._launch_batch(handles) if self._launch_at_step else None  # (handles, their gradients)
         for key, (handle, _) in list(handles.items()):
             if handle is None:
                 handles[key] = self._launch(key)
         plain = self._compression is Compression.none
         try:
             if batch:
-                ops.wait_all(batch)
-                self._batch_keep_alive = None
+                ops.wait_all(batch[0])
             for key, (handle, ctx) in handles.items():
                 if type(key) is _GradGroup:
                     for p, out, c in zip(key.params, synchronize(handle), ctx):
