@@ -50,6 +50,19 @@ int read_peer_memory(pid_t pid, void* dst, uint64_t remote, size_t n) {
   return read_peer_memory(pid, &here, 1, &there, 1);
 }
 
+void describe_spans(const uint8_t* p, size_t bytes, const ScatteredBuffer* scattered, std::vector<RemoteSpan>* spans) {
+  spans->clear();
+  for (size_t off = 0; off < bytes;) {
+    const uint8_t* src = p + off;
+    size_t len = bytes - off;
+    if (scattered) scattered->map(src, len);
+    const uint64_t addr = reinterpret_cast<uintptr_t>(src);
+    if (!spans->empty() && spans->back().addr + spans->back().bytes == addr) spans->back().bytes += len;
+    else spans->push_back({addr, len});
+    off += len;
+  }
+}
+
 bool can_read_peer_memory(pid_t pid, uint64_t remote, uint64_t expected) {
   uint64_t seen = ~expected;
   return pid > 0 && remote != 0 && read_peer_memory(pid, &seen, remote, sizeof(seen)) == 0 && seen == expected;

@@ -14,6 +14,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
+
+#include "transport/group.h"
 
 namespace hs {
 
@@ -31,6 +34,10 @@ struct SingleCopyProgress {
   size_t stream = 0;
   size_t skip = 0;
 };
+
+// The message [p, p + bytes) as the sender's address ranges, through `scattered` when set (its
+// pieces' real addresses); neighbouring ranges merge.
+void describe_spans(const uint8_t* p, size_t bytes, const ScatteredBuffer* scattered, std::vector<RemoteSpan>* spans);
 
 // Most address ranges one read takes on either side (the kernel's UIO_MAXIOV).
 constexpr size_t kMaxReadRanges = 1024;

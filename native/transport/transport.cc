@@ -29,9 +29,6 @@ constexpr char kGoodbye = 'B';
 constexpr char kFailed = 'F';
 constexpr size_t kMaxFailureText = 1024;
 constexpr size_t kMaxChunk = 256 << 10;  // bounded pieces let the receiver start reducing early
-// A single-copy reduction reads the sender's data in pieces of this size into a buffer that stays
-// in cache for the reduction that follows.
-constexpr size_t kSingleCopyReduceChunk = 512 << 10;
 // Idle time inside an exchange before pause-spinning gives way to sched_yield, and before
 // yielding gives way to sleeping on the doorbell.
 constexpr int64_t kSpinUs = 50;
@@ -221,25 +218,6 @@ void Transport::wait_in_exchange(uint32_t token, const std::vector<int>& peers, 
   wait_for_activity(token, 1000);
 }
 
-namespace {
-// The message [p, p + bytes) as the sender's address ranges, through `scattered` when set;
-// neighbouring pieces merge.
-void describe_single_copy(const uint8_t* p, size_t bytes, const ScatteredBuffer* scattered,
-                          std::vector<RemoteSpan>* spans) {
-  spans->clear();
-  for (size_t off = 0; off < bytes;) {
-    const uint8_t* src = p + off;
-    size_t len = bytes - off;
-    if (scattered) scattered->map(src, len);
-    const uint64_t addr = reinterpret_cast<uintptr_t>(src);
-    if (!spans->empty() && spans->back().addr + spans->back().bytes == addr) spans->back().bytes += len;
-    else spans->push_back({addr, len});
-    off += len;
-  }
-}
-
-}  // namespace
-
 void Transport::exchange(const std::vector<SendSpec>& sends, const std::vector<RecvSpec>& recvs) {
   struct SendState {
     PeerLink* link;
@@ -286,7 +264,7 @@ void Transport::exchange(const std::vector<SendSpec>& sends, const std::vector<R
     if (takes_single_copy(shm, shm ? shm->send_single_copy_from() : 0, s.bytes)) {
       if (spans.size() <= single_copy_sends) spans.resize(single_copy_sends + 1);
       std::vector<RemoteSpan>& mine = spans[single_copy_sends++];
-      describe_single_copy(st.p, s.bytes, scattered_, &mine);
+      describe_spans(st.p, s.bytes, scattered_, &mine);
       st.p = reinterpret_cast<const uint8_t*>(mine.data());
       st.bytes = mine.size() * sizeof(RemoteSpan);
       st.total = padded(st.bytes, l->alignment());
@@ -369,6 +347,13 @@ void Transport::exchange(const std::vector<SendSpec>& sends, const std::vector<R
   }
 }
 
+void Transport::fold_received(const RecvSpec& spec, uint8_t* dst, const uint8_t* local, const uint8_t* incoming,
+                              size_t count) {
+  if (spec.incoming_first) reduce_buffers(dst, incoming, local, count, spec.dtype, spec.op);
+  else reduce_buffers(dst, local, incoming, count, spec.dtype, spec.op);
+  scale_buffer(dst, count, spec.dtype, spec.postscale);
+}
+
 bool Transport::receive_through_ring(PeerLink* link, const RecvSpec& spec, size_t esize, size_t total, size_t& off) {
   bool moved = false;
   while (off < total) {
@@ -389,111 +374,13 @@ bool Transport::receive_through_ring(PeerLink* link, const RecvSpec& spec, size_
       if (spec.mode == RecvMode::kCopy) {
         std::memcpy(dst, span.first, k);
       } else {
-        if (spec.incoming_first) reduce_buffers(dst, span.first, local, k / esize, spec.dtype, spec.op);
-        else reduce_buffers(dst, local, span.first, k / esize, spec.dtype, spec.op);
-        scale_buffer(dst, k / esize, spec.dtype, spec.postscale);
+        fold_received(spec, dst, local, span.first, k / esize);
       }
     } else {
       k = std::min(span.second, total - off);
     }
     link->consume(k);
     off += k;
-    moved = true;
-  }
-  return moved;
-}
-
-bool Transport::receive_single_copy(PeerLink* link, ShmLink* shm, const RecvSpec& spec, size_t esize,
-                                    SingleCopyProgress& at) {
-  static thread_local std::vector<iovec> here, there;
-  static thread_local std::vector<uint64_t> staging;  // uint64_t: aligned for every dtype
-  const bool reduce = spec.mode == RecvMode::kReduce;
-  const size_t align = link->alignment();
-  bool moved = false;
-  for (;;) {
-    auto got = link->peek();
-    if (at.read == spec.bytes) {  // every span read: consume the stream's padding
-      size_t pad = (align - at.stream % align) % align;
-      if (pad == 0 || got.second == 0) break;
-      size_t k = std::min(got.second, pad);
-      link->consume(k);
-      at.stream += k;
-      moved = true;
-      continue;
-    }
-    // The spans that have arrived (the ring's end never splits one), read in one batch: up to the
-    // staging buffer's size when reducing, bounded by the ranges one read takes on either side.
-    const size_t arrived = std::min(got.second / sizeof(RemoteSpan), kMaxReadRanges);
-    if (arrived == 0) break;
-    auto span = [&](size_t i) {
-      RemoteSpan sp;
-      std::memcpy(&sp, got.first + i * sizeof(RemoteSpan), sizeof(sp));
-      return sp;
-    };
-    size_t want = 0;
-    const size_t limit = reduce ? std::min(kSingleCopyReduceChunk, spec.bytes - at.read) : spec.bytes - at.read;
-    for (size_t i = 0, skip = at.skip; i < arrived && want < limit; ++i, skip = 0) {
-      const RemoteSpan sp = span(i);
-      if (sp.bytes <= skip || sp.bytes % esize != 0 || sp.bytes - skip > spec.bytes - at.read - want)
-        throw TransportError(describe(spec.peer) + " sent a malformed single-copy message (a span of " +
-                             std::to_string(sp.bytes) + " bytes at byte " + std::to_string(at.read + want) + " of " +
-                             std::to_string(spec.bytes) + ")");
-      want += std::min(sp.bytes - skip, limit - want);
-    }
-    // Where the bytes go here: the staging buffer, or the destination's pieces (which may cut the
-    // batch shorter).
-    here.clear();
-    if (reduce) {
-      staging.resize(kSingleCopyReduceChunk / sizeof(uint64_t));
-      here.push_back({staging.data(), want});
-    } else {
-      size_t covered = 0;
-      while (covered < want && here.size() < kMaxReadRanges) {
-        uint8_t* dst = static_cast<uint8_t*>(spec.dest) + at.read + covered;
-        size_t k = want - covered;
-        if (scattered_) scattered_->map(dst, k);
-        here.push_back({dst, k});
-        covered += k;
-      }
-      want = covered;
-    }
-    there.clear();
-    size_t whole = 0, skip = at.skip;
-    for (size_t i = 0, taken = 0; taken < want; ++i) {
-      const RemoteSpan sp = span(i);
-      const size_t k = std::min(sp.bytes - skip, want - taken);
-      there.push_back({reinterpret_cast<void*>(static_cast<uintptr_t>(sp.addr + skip)), k});
-      taken += k;
-      if (k == sp.bytes - skip) {
-        ++whole;
-        skip = 0;
-      } else {
-        skip += k;
-      }
-    }
-    if (int err = read_peer_memory(shm->peer_pid(), here.data(), here.size(), there.data(), there.size()))
-      throw TransportError(explain("cannot read the data " + describe(spec.peer) + " sent: " + peer_memory_error(err)));
-    if (reduce) {
-      const uint8_t* incoming = reinterpret_cast<const uint8_t*>(staging.data());
-      for (size_t done = 0; done < want;) {
-        uint8_t* dst = static_cast<uint8_t*>(spec.dest) + at.read + done;
-        const uint8_t* local = spec.local ? static_cast<const uint8_t*>(spec.local) + at.read + done : nullptr;
-        size_t k = want - done;
-        if (scattered_) {  // (pieces hold whole elements: cutting at their ends keeps k whole)
-          scattered_->map(dst, k);
-          if (local) scattered_->map(local, k);
-        }
-        if (!local) local = dst;
-        if (spec.incoming_first) reduce_buffers(dst, incoming + done, local, k / esize, spec.dtype, spec.op);
-        else reduce_buffers(dst, local, incoming + done, k / esize, spec.dtype, spec.op);
-        scale_buffer(dst, k / esize, spec.dtype, spec.postscale);
-        done += k;
-      }
-    }
-    link->consume(whole * sizeof(RemoteSpan));
-    at.stream += whole * sizeof(RemoteSpan);
-    at.skip = skip;
-    at.read += want;
     moved = true;
   }
   return moved;

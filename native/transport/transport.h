@@ -118,7 +118,12 @@ class Transport {
   // One receive's progress in exchange(), through the ring (off counts stream bytes, padding
   // included) or single-copy; true when something moved.
   bool receive_through_ring(PeerLink* link, const RecvSpec& spec, size_t esize, size_t total, size_t& off);
-  bool receive_single_copy(PeerLink* link, ShmLink* shm, const RecvSpec& spec, size_t esize, SingleCopyProgress& at);
+  bool receive_single_copy(PeerLink* link, ShmLink* shm, const RecvSpec& spec, size_t esize,
+                           SingleCopyProgress& at);  // (transport_single_copy.cc)
+  // A kReduce receive's arithmetic on `count` elements that arrived: dst = local (op) incoming,
+  // in the spec's operand order, then its postscale.
+  static void fold_received(const RecvSpec& spec, uint8_t* dst, const uint8_t* local, const uint8_t* incoming,
+                            size_t count);
   void wait_in_exchange(uint32_t token, const std::vector<int>& peers, int64_t& idle_since_us, int& spins);
 
   int rank_, size_;

@@ -1,0 +1,113 @@
+// Transport's receiving side of single-copy messages (single_copy.h): the stream carries the
+// sender's address ranges, and the receiver reads what they name straight out of its memory.
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "common/errors.h"
+#include "transport/single_copy.h"
+#include "transport/transport.h"
+
+namespace hs {
+
+namespace {
+// A single-copy reduction reads the sender's data in pieces of this size into a buffer that stays
+// in cache for the reduction that follows.
+constexpr size_t kSingleCopyReduceChunk = 512 << 10;
+}  // namespace
+
+bool Transport::receive_single_copy(PeerLink* link, ShmLink* shm, const RecvSpec& spec, size_t esize,
+                                    SingleCopyProgress& at) {
+  static thread_local std::vector<iovec> here, there;
+  static thread_local std::vector<uint64_t> staging;  // uint64_t: aligned for every dtype
+  const bool reduce = spec.mode == RecvMode::kReduce;
+  const size_t align = link->alignment();
+  bool moved = false;
+  for (;;) {
+    auto got = link->peek();
+    if (at.read == spec.bytes) {  // every span read: consume the stream's padding
+      size_t pad = (align - at.stream % align) % align;
+      if (pad == 0 || got.second == 0) break;
+      size_t k = std::min(got.second, pad);
+      link->consume(k);
+      at.stream += k;
+      moved = true;
+      continue;
+    }
+    // The spans that have arrived (the ring's end never splits one), read in one batch: up to the
+    // staging buffer's size when reducing, bounded by the ranges one read takes on either side.
+    const size_t arrived = std::min(got.second / sizeof(RemoteSpan), kMaxReadRanges);
+    if (arrived == 0) break;
+    auto span = [&](size_t i) {
+      RemoteSpan sp;
+      std::memcpy(&sp, got.first + i * sizeof(RemoteSpan), sizeof(sp));
+      return sp;
+    };
+    size_t want = 0;
+    const size_t limit = reduce ? std::min(kSingleCopyReduceChunk, spec.bytes - at.read) : spec.bytes - at.read;
+    for (size_t i = 0, skip = at.skip; i < arrived && want < limit; ++i, skip = 0) {
+      const RemoteSpan sp = span(i);
+      if (sp.bytes <= skip || sp.bytes % esize != 0 || sp.bytes - skip > spec.bytes - at.read - want)
+        throw TransportError(describe(spec.peer) + " sent a malformed single-copy message (a span of " +
+                             std::to_string(sp.bytes) + " bytes at byte " + std::to_string(at.read + want) + " of " +
+                             std::to_string(spec.bytes) + ")");
+      want += std::min(sp.bytes - skip, limit - want);
+    }
+    // Where the bytes go here: the staging buffer, or the destination's pieces (which may cut the
+    // batch shorter).
+    here.clear();
+    if (reduce) {
+      staging.resize(kSingleCopyReduceChunk / sizeof(uint64_t));
+      here.push_back({staging.data(), want});
+    } else {
+      size_t covered = 0;
+      while (covered < want && here.size() < kMaxReadRanges) {
+        uint8_t* dst = static_cast<uint8_t*>(spec.dest) + at.read + covered;
+        size_t k = want - covered;
+        if (scattered_) scattered_->map(dst, k);
+        here.push_back({dst, k});
+        covered += k;
+      }
+      want = covered;
+    }
+    there.clear();
+    size_t whole = 0, skip = at.skip;
+    for (size_t i = 0, taken = 0; taken < want; ++i) {
+      const RemoteSpan sp = span(i);
+      const size_t k = std::min(sp.bytes - skip, want - taken);
+      there.push_back({reinterpret_cast<void*>(static_cast<uintptr_t>(sp.addr + skip)), k});
+      taken += k;
+      if (k == sp.bytes - skip) {
+        ++whole;
+        skip = 0;
+      } else {
+        skip += k;
+      }
+    }
+    if (int err = read_peer_memory(shm->peer_pid(), here.data(), here.size(), there.data(), there.size()))
+      throw TransportError(explain("cannot read the data " + describe(spec.peer) + " sent: " + peer_memory_error(err)));
+    if (reduce) {
+      const uint8_t* incoming = reinterpret_cast<const uint8_t*>(staging.data());
+      for (size_t done = 0; done < want;) {
+        uint8_t* dst = static_cast<uint8_t*>(spec.dest) + at.read + done;
+        const uint8_t* local = spec.local ? static_cast<const uint8_t*>(spec.local) + at.read + done : nullptr;
+        size_t k = want - done;
+        if (scattered_) {  // (pieces hold whole elements: cutting at their ends keeps k whole)
+          scattered_->map(dst, k);
+          if (local) scattered_->map(local, k);
+        }
+        if (!local) local = dst;
+        fold_received(spec, dst, local, incoming + done, k / esize);
+        done += k;
+      }
+    }
+    link->consume(whole * sizeof(RemoteSpan));
+    at.stream += whole * sizeof(RemoteSpan);
+    at.skip = skip;
+    at.read += want;
+    moved = true;
+  }
+  return moved;
+}
+
+}  // namespace hs
