@@ -58,7 +58,7 @@ $(OUT)/test_collectives: $(call obj,tests/native/test_collectives.cc $(kernels))
 	$(CXX) $(CXXFLAGS) $^ -o $@
 $(OUT)/test_reduce: $(call obj,tests/native/test_reduce.cc $(kernels))
 	$(CXX) $(CXXFLAGS) $^ -o $@
-$(OUT)/_core.so: $(call obj,$(core) native/python/module.cc)
+$(OUT)/_core.so: $(call obj,$(core) $(wildcard native/python/*.cc))
 	$(CXX) $(CXXFLAGS) -shared $^ -o $@ -lrt -ldl
 $(OUT)/%.o: %.cc
 	@mkdir -p $(dir $@)

@@ -1,0 +1,309 @@
+// The latency paths of the binding (see fast_calls.h).
+#include "python/fast_calls.h"
+
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+#include "python/engine_access.h"
+
+namespace py = pybind11;
+
+namespace hs {
+namespace binding {
+
+namespace {
+// The calls:
+//   run_allreduce(name, in_ptr, out_ptr, dtype, shape, op, prescale, postscale, process_set)
+//     enqueue + wait_take for a caller that blocks at once: what wait_take returns, or on
+//     timeout the handle (an int) to go on waiting for.
+//   enqueue_allreduce(same arguments) -> handle.
+bool arg_long(PyObject* o, const char* what, long long* out) {
+  *out = PyLong_AsLongLong(o);
+  if (*out == -1 && PyErr_Occurred()) {
+    PyErr_Format(PyExc_TypeError, "allreduce: %s must be an int", what);
+    return false;
+  }
+  return true;
+}
+
+bool arg_double(PyObject* o, const char* what, double* out) {
+  *out = PyFloat_AsDouble(o);
+  if (*out == -1.0 && PyErr_Occurred()) {
+    PyErr_Format(PyExc_TypeError, "allreduce: %s must be a float", what);
+    return false;
+  }
+  return true;
+}
+
+// A str argument as UTF-8 (borrowed from the str object); false with a TypeError otherwise.
+bool arg_name(PyObject* o, const char* what, const char** name, Py_ssize_t* len) {
+  *name = PyUnicode_Check(o) ? PyUnicode_AsUTF8AndSize(o, len) : nullptr;
+  if (!*name && !PyErr_Occurred()) PyErr_Format(PyExc_TypeError, "%s must be a str", what);
+  return *name != nullptr;
+}
+
+bool arg_shape(PyObject* o, std::vector<int64_t>* shape) {
+  // torch.Size is a tuple subclass, which PySequence_Fast would copy into a new list on every
+  // call: read any tuple in place.
+  PyObject* seq =
+      PyTuple_Check(o) ? (Py_INCREF(o), o) : PySequence_Fast(o, "allreduce: shape must be a tuple or list of ints");
+  if (!seq) return false;
+  Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+  PyObject** items = PySequence_Fast_ITEMS(seq);
+  shape->resize(static_cast<size_t>(n));
+  bool ok = true;
+  for (Py_ssize_t i = 0; i < n && ok; ++i) {
+    long long d;
+    ok = arg_long(items[i], "every dimension of shape", &d);
+    (*shape)[static_cast<size_t>(i)] = d;
+  }
+  Py_DECREF(seq);
+  return ok;
+}
+
+// The nine arguments -> a request (false with a Python error set); throws std::invalid_argument
+// for values make_request rejects.
+bool parse_allreduce(PyObject* const* args, Py_ssize_t nargs, TensorRequest* req) {
+  if (nargs != 9) {
+    PyErr_Format(PyExc_TypeError, "allreduce takes 9 arguments (%zd given)", nargs);
+    return false;
+  }
+  const char* name;
+  Py_ssize_t name_len;
+  if (!arg_name(args[0], "allreduce: name", &name, &name_len)) return false;
+  unsigned long long in_ptr = PyLong_AsUnsignedLongLong(args[1]);
+  if (PyErr_Occurred()) return false;
+  unsigned long long out_ptr = PyLong_AsUnsignedLongLong(args[2]);
+  if (PyErr_Occurred()) return false;
+  long long dtype, op, process_set;
+  double prescale, postscale;
+  std::vector<int64_t> shape;
+  if (!arg_long(args[3], "dtype", &dtype) || !arg_shape(args[4], &shape) || !arg_long(args[5], "op", &op) ||
+      !arg_double(args[6], "prescale", &prescale) || !arg_double(args[7], "postscale", &postscale) ||
+      !arg_long(args[8], "process_set", &process_set))
+    return false;
+  static const std::vector<int64_t> no_splits;
+  *req = make_request(static_cast<int>(OpType::kAllreduce), std::string(name, name_len), in_ptr, out_ptr,
+                      static_cast<int>(dtype), shape, 0, static_cast<int>(op), prescale, postscale,
+                      static_cast<int>(process_set), no_splits);
+  return true;
+}
+
+// Runs body() (a new reference, or nullptr with a Python error set), turning a C++ exception
+// into the matching Python one.
+template <class F>
+PyObject* with_python_errors(F&& body) {
+  try {
+    return body();
+  } catch (const std::invalid_argument& ex) {
+    PyErr_SetString(PyExc_ValueError, ex.what());
+  } catch (const std::exception& ex) {
+    PyErr_SetString(PyExc_RuntimeError, ex.what());
+  }
+  return nullptr;
+}
+
+PyObject* run_allreduce(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  return with_python_errors([&]() -> PyObject* {
+    TensorRequest req;
+    if (!parse_allreduce(args, nargs, &req)) return nullptr;
+    FastEngine fast;
+    Engine* e = fast.get();
+    if (!e) return nullptr;
+    int64_t h = 0;
+    bool done;
+    {
+      py::gil_scoped_release nogil;  // (reacquired on the way out, exceptions included)
+      done = e->run(std::move(req), 1.0, &h);
+    }
+    if (!done) return PyLong_FromLongLong(h);
+    return outcome(*e, h).release().ptr();
+  });
+}
+
+PyObject* enqueue_allreduce(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  return with_python_errors([&]() -> PyObject* {
+    TensorRequest req;
+    if (!parse_allreduce(args, nargs, &req)) return nullptr;
+    FastEngine fast;
+    if (!fast.get()) return nullptr;
+    return PyLong_FromLongLong(fast.get()->enqueue(std::move(req)));
+  });
+}
+
+// enqueue_allreduce_group(name, in_ptrs, out_ptrs, dtype, shapes, op, prescale, postscale,
+//                         process_set) -> handle: a grouped allreduce of tensors of one dtype as one
+// packed request (see TensorRequest::members). Every member is checked before anything is queued.
+PyObject* enqueue_allreduce_group(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 9) {
+    PyErr_Format(PyExc_TypeError, "enqueue_allreduce_group takes 9 arguments (%zd given)", nargs);
+    return nullptr;
+  }
+  struct Lists {  // the three per-member arguments as fast sequences, released on every way out
+    PyObject* seq[3] = {nullptr, nullptr, nullptr};
+    ~Lists() {
+      for (PyObject* q : seq) Py_XDECREF(q);
+    }
+  } lists;
+  const char* const what[] = {"in_ptrs", "out_ptrs", "shapes"};
+  const int list_arg[] = {1, 2, 4};
+  Py_ssize_t n = -1;
+  for (int k = 0; k < 3; ++k) {
+    lists.seq[k] = PySequence_Fast(args[list_arg[k]], "enqueue_allreduce_group: expected lists");
+    if (!lists.seq[k]) return nullptr;
+    Py_ssize_t len = PySequence_Fast_GET_SIZE(lists.seq[k]);
+    if (n >= 0 && len != n) {
+      PyErr_Format(PyExc_ValueError, "grouped_allreduce: %s has %zd entries, in_ptrs has %zd", what[k], len, n);
+      return nullptr;
+    }
+    n = len;
+  }
+  return with_python_errors([&]() -> PyObject* {
+    const char* name;
+    Py_ssize_t name_len;
+    if (!arg_name(args[0], "grouped_allreduce: name", &name, &name_len)) return nullptr;
+    if (name_len == 0) throw std::invalid_argument("grouped_allreduce: name must be a non-empty str");
+    if (n == 0) throw std::invalid_argument("grouped_allreduce needs at least one tensor");
+    long long dtype, op, process_set;
+    double prescale, postscale;
+    if (!arg_long(args[3], "dtype", &dtype) || !arg_long(args[5], "op", &op) ||
+        !arg_double(args[6], "prescale", &prescale) || !arg_double(args[7], "postscale", &postscale) ||
+        !arg_long(args[8], "process_set", &process_set))
+      return nullptr;
+    if (dtype < 0 || dtype >= kNumDataTypes) throw std::invalid_argument("unknown dtype code");
+    const size_t es = dtype_size(static_cast<DataType>(dtype));
+    std::vector<PackedMember> members(static_cast<size_t>(n));
+    std::vector<int64_t> member_shapes, shape;
+    int64_t total = 0;
+    for (Py_ssize_t i = 0; i < n; ++i) {
+      unsigned long long in_ptr = PyLong_AsUnsignedLongLong(PySequence_Fast_GET_ITEM(lists.seq[0], i));
+      if (PyErr_Occurred()) return nullptr;
+      unsigned long long out_ptr = PyLong_AsUnsignedLongLong(PySequence_Fast_GET_ITEM(lists.seq[1], i));
+      if (PyErr_Occurred()) return nullptr;
+      if (!arg_shape(PySequence_Fast_GET_ITEM(lists.seq[2], i), &shape)) return nullptr;
+      int64_t count = 1;
+      for (int64_t d : shape) {
+        if (d < 0)
+          throw std::invalid_argument("grouped_allreduce '" + std::string(name, name_len) + "': member " +
+                                      std::to_string(i) + " has a negative dimension");
+        count *= d;
+      }
+      if (count > 0 && (in_ptr == 0 || out_ptr == 0))
+        throw std::invalid_argument("grouped_allreduce '" + std::string(name, name_len) + "': member " +
+                                    std::to_string(i) + " has a null buffer");
+      members[static_cast<size_t>(i)] = PackedMember{reinterpret_cast<const void*>(in_ptr),
+                                                     reinterpret_cast<void*>(out_ptr), static_cast<size_t>(count) * es};
+      append_member_shape(&member_shapes, shape);
+      total += count;
+    }
+    TensorRequest req = make_request(static_cast<int>(OpType::kAllreduce), std::string(name, name_len), 0, 0,
+                                     static_cast<int>(dtype), {total}, 0, static_cast<int>(op), prescale, postscale,
+                                     static_cast<int>(process_set), member_shapes);
+    req.members = std::move(members);
+    FastEngine fast;
+    if (!fast.get()) return nullptr;
+    return PyLong_FromLongLong(fast.get()->enqueue(std::move(req)));
+  });
+}
+
+// enqueue_allreduce_batch(names, ptrs, dtypes, shapes, op, prescale, postscale, process_set)
+//   -> [handle]: in-place allreduces of many tensors, each its own request as enqueue_allreduce
+// makes it, queued together (Engine::enqueue_batch). Every argument is checked before anything is
+// queued. DistributedOptimizer's step, once per step for every gradient.
+PyObject* enqueue_allreduce_batch(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 8) {
+    PyErr_Format(PyExc_TypeError, "enqueue_allreduce_batch takes 8 arguments (%zd given)", nargs);
+    return nullptr;
+  }
+  struct Lists {  // the four per-tensor arguments as fast sequences, released on every way out
+    PyObject* seq[4] = {nullptr, nullptr, nullptr, nullptr};
+    ~Lists() {
+      for (PyObject* q : seq) Py_XDECREF(q);
+    }
+  } lists;
+  Py_ssize_t n = -1;
+  for (int k = 0; k < 4; ++k) {
+    lists.seq[k] = PySequence_Fast(args[k], "enqueue_allreduce_batch: names, ptrs, dtypes and shapes must be lists");
+    if (!lists.seq[k]) return nullptr;
+    Py_ssize_t len = PySequence_Fast_GET_SIZE(lists.seq[k]);
+    if (n >= 0 && len != n) {
+      PyErr_SetString(PyExc_ValueError, "enqueue_allreduce_batch: names, ptrs, dtypes and shapes differ in length");
+      return nullptr;
+    }
+    n = len;
+  }
+  return with_python_errors([&]() -> PyObject* {
+    long long op, process_set;
+    double prescale, postscale;
+    if (!arg_long(args[4], "op", &op) || !arg_double(args[5], "prescale", &prescale) ||
+        !arg_double(args[6], "postscale", &postscale) || !arg_long(args[7], "process_set", &process_set))
+      return nullptr;
+    static const std::vector<int64_t> no_splits;
+    std::vector<TensorRequest> reqs;
+    reqs.reserve(static_cast<size_t>(n));
+    std::vector<int64_t> shape;
+    for (Py_ssize_t i = 0; i < n; ++i) {
+      const char* name;
+      Py_ssize_t name_len;
+      long long dtype;
+      if (!arg_name(PySequence_Fast_GET_ITEM(lists.seq[0], i), "allreduce: name", &name, &name_len)) return nullptr;
+      unsigned long long ptr = PyLong_AsUnsignedLongLong(PySequence_Fast_GET_ITEM(lists.seq[1], i));
+      if (PyErr_Occurred()) return nullptr;
+      if (!arg_long(PySequence_Fast_GET_ITEM(lists.seq[2], i), "dtype", &dtype) ||
+          !arg_shape(PySequence_Fast_GET_ITEM(lists.seq[3], i), &shape))
+        return nullptr;
+      reqs.push_back(make_request(static_cast<int>(OpType::kAllreduce), std::string(name, name_len), ptr, ptr,
+                                  static_cast<int>(dtype), shape, 0, static_cast<int>(op), prescale, postscale,
+                                  static_cast<int>(process_set), no_splits));
+    }
+    FastEngine fast;
+    if (!fast.get()) return nullptr;
+    std::vector<int64_t> handles = fast.get()->enqueue_batch(std::move(reqs));
+    PyObject* out = PyList_New(static_cast<Py_ssize_t>(handles.size()));
+    if (!out) return nullptr;
+    for (size_t i = 0; i < handles.size(); ++i) {
+      PyObject* h = PyLong_FromLongLong(handles[i]);
+      if (!h) {
+        Py_DECREF(out);
+        return nullptr;
+      }
+      PyList_SET_ITEM(out, static_cast<Py_ssize_t>(i), h);
+    }
+    return out;
+  });
+}
+
+template <PyObject* (*F)(PyObject*, PyObject* const*, Py_ssize_t)>
+PyMethodDef fastcall_def(const char* name, const char* doc) {
+  return {name, reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(F)), METH_FASTCALL, doc};
+}
+
+PyMethodDef g_run_allreduce_def = fastcall_def<run_allreduce>(
+    "run_allreduce",
+    "run_allreduce(name, in_ptr, out_ptr, dtype, shape, op, prescale, postscale, process_set): "
+    "enqueue + wait_take of an allreduce.");
+PyMethodDef g_enqueue_allreduce_group_def = fastcall_def<enqueue_allreduce_group>(
+    "enqueue_allreduce_group",
+    "enqueue_allreduce_group(name, in_ptrs, out_ptrs, dtype, shapes, op, prescale, postscale, "
+    "process_set) -> handle: one packed request for the whole group.");
+PyMethodDef g_enqueue_allreduce_batch_def = fastcall_def<enqueue_allreduce_batch>(
+    "enqueue_allreduce_batch",
+    "enqueue_allreduce_batch(names, ptrs, dtypes, shapes, op, prescale, postscale, process_set) -> [handle]: "
+    "in-place allreduces of many tensors, each its own request, queued together.");
+PyMethodDef g_enqueue_allreduce_def =
+    fastcall_def<enqueue_allreduce>("enqueue_allreduce",
+                                    "enqueue_allreduce(name, in_ptr, out_ptr, dtype, shape, op, prescale, postscale, "
+                                    "process_set) -> handle.");
+}  // namespace
+
+void add_fast_calls(py::module_& m) {
+  for (PyMethodDef* def :
+       {&g_run_allreduce_def, &g_enqueue_allreduce_def, &g_enqueue_allreduce_group_def, &g_enqueue_allreduce_batch_def})
+    m.add_object(def->ml_name,
+                 py::reinterpret_steal<py::object>(PyCFunction_NewEx(def, nullptr, m.attr("__name__").ptr())));
+}
+
+}  // namespace binding
+}  // namespace hs
