@@ -246,6 +246,12 @@ GLOO_IFACE = _define("HOROVOD_GLOO_IFACE", names("eth0,eth1"), None, "Network in
 START_TIMEOUT = _define("HOROVOD_START_TIMEOUT", seconds(1), 120.0, "How long hvd.init() waits for every rank to "
                         "arrive and connect (horovod-spark-run --start-timeout, horovod_spark.run's start_timeout "
                         "set it).", read_by=PYTHON_AND_CORE)
+CPU_BIND = _define("HOROVOD_CPU_BIND", FLAG, True, "Local jobs (horovod-spark-run, run_local): run each rank on "
+                   "its own CPUs, a contiguous share of the launcher's, as Open MPI binds by default: whole cores "
+                   "while there are at least as many cores as ranks, else hardware threads; with more ranks than "
+                   "CPUs, no binding. A rank then neither migrates nor shares a core with the peer it waits for, "
+                   "which is what makes a latency-bound loop's slow tail. OMP_NUM_THREADS defaults to the rank's "
+                   "CPUs. Off leaves placement to the OS.")
 CPU_OPERATIONS = _define("HOROVOD_CPU_OPERATIONS", choice("mpi", "gloo", synonyms={"tcp": "gloo", "shm": "gloo"}),
                          None, "What carries the data between ranks: mpi (only for ranks started by mpirun or "
                          "hvd.init(comm=...)) or gloo, this project's shared-memory and TCP links.",

@@ -19,7 +19,7 @@ from horovod_spark.common import config, rendezvous, source_pickle, wire, wire_t
 from horovod_spark.common.kv_client import KVClient
 from horovod_spark.common.kv_server import KVStoreServer
 from horovod_spark.exceptions import RankFailedError
-from horovod_spark.launcher import run_local_rank
+from horovod_spark.launcher import cpu_binding, run_local_rank
 from horovod_spark.launcher.supervisor import RankExit, RankSupervisor
 
 log = logging.getLogger(__name__)
@@ -41,8 +41,10 @@ def _package_root_for_path() -> Optional[str]:
 
 
 def rank_environment(rank: int, size: int, port: int, secret: bytes, run_scope: str,
-                     base_env: Mapping[str, str], hostname: Optional[str] = None) -> Dict[str, str]:
-    """The environment of one local rank: ``base_env`` plus the rendezvous variables."""
+                     base_env: Mapping[str, str], hostname: Optional[str] = None,
+                     cpus: Optional[Sequence[int]] = None) -> Dict[str, str]:
+    """The environment of one local rank: ``base_env`` plus the rendezvous variables; ``cpus``
+    are those the rank is bound to, if it is."""
     env = dict(base_env)
     env.update({
         config.RANK.name: str(rank),
@@ -60,7 +62,8 @@ def rank_environment(rank: int, size: int, port: int, secret: bytes, run_scope: 
     # Output should reach the launcher line by line, not when a 8 KiB buffer fills.
     env.setdefault("PYTHONUNBUFFERED", "1")
     # N ranks each using every core for intra-op threads thrash; share the cores unless told.
-    env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // size)))
+    if not env.get("OMP_NUM_THREADS"):
+        env["OMP_NUM_THREADS"] = str(len(cpus) if cpus else max(1, (os.cpu_count() or 1) // size))
     root = _package_root_for_path()
     if root is not None:
         parts = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
@@ -91,6 +94,8 @@ class LocalJob:
         self.supervisor: Optional[RankSupervisor] = None
         self._extra_env = {str(k): str(v) for k, v in (env or {}).items()}
         config.check_assignments(self._extra_env, "env")
+        bind = config.CPU_BIND.get({**os.environ, **self._extra_env})
+        self.cpus: Optional[List[List[int]]] = cpu_binding.plan(num_proc) if bind else None
         self.server = KVStoreServer(self.secret, host=LOCAL_ADDR,
                                     tls=wire_tls.ServerTLS.from_env({**os.environ, **self._extra_env}))
         self._io = dict(stdout=stdout, stderr=stderr, prefix_output=prefix_output, kill_grace=kill_grace)
@@ -102,11 +107,13 @@ class LocalJob:
             base.update(self._extra_env)
             # The ranks use TLS exactly when this job's service does, whatever their environment says.
             base[config.SPARK_TLS.name] = "1" if self.server.tls is not None else "0"
-            envs = [rank_environment(r, self.num_proc, self.port, self.secret, self.run_scope, base)
+            envs = [rank_environment(r, self.num_proc, self.port, self.secret, self.run_scope, base,
+                                     cpus=self.cpus[r] if self.cpus else None)
                     for r in range(self.num_proc)]
             # A rank that ends while others wait for it in hvd.init() makes them fail at once.
             on_exit = functools.partial(rendezvous.note_rank_exit, self.server, self.run_scope)
-            self.supervisor = RankSupervisor([self.argv] * self.num_proc, envs, on_exit=on_exit, **self._io)
+            self.supervisor = RankSupervisor([self.argv] * self.num_proc, envs, on_exit=on_exit, cpus=self.cpus,
+                                             **self._io)
             self.supervisor.start()
         except BaseException:
             self.close()

@@ -21,7 +21,8 @@ from typing import Callable, Dict, List, Mapping, Optional, Sequence, TextIO
 OUTPUT_PREFIX = "[{rank}]<{stream}>:"
 
 # Runs in the child with -I -S (no site, ~10 ms): arm the parent-death signal, make sure the parent
-# did not die before that, then become the real command. PR_SET_PDEATHSIG survives exec.
+# did not die before that, bind to the rank's CPUs ("-": none) while no thread exists that would keep
+# the old mask, then become the real command. PR_SET_PDEATHSIG and the CPU mask survive exec.
 _EXEC_SHIM = r"""
 import os, sys
 try:
@@ -31,10 +32,18 @@ except Exception:
     pass
 if os.getppid() != int(sys.argv[1]):
     os._exit(137)
+if sys.argv[2] != "-":
+    try:
+        os.sched_setaffinity(0, [int(c) for c in sys.argv[2].split(",")])
+    except OSError as e:
+        sys.stderr.write("cannot bind this rank to CPUs %s: %s; HOROVOD_CPU_BIND=0 leaves the ranks' placement "
+                         "to the OS\n" % (sys.argv[2], e.strerror))
+        sys.stderr.flush()
+        os._exit(126)
 try:
-    os.execvp(sys.argv[2], sys.argv[2:])
+    os.execvp(sys.argv[3], sys.argv[3:])
 except OSError as e:
-    sys.stderr.write("cannot execute %s: %s\n" % (sys.argv[2], e.strerror))
+    sys.stderr.write("cannot execute %s: %s\n" % (sys.argv[3], e.strerror))
     sys.stderr.flush()
     os._exit(127)
 """
@@ -190,9 +199,12 @@ class RankSupervisor:
     def __init__(self, argvs: Sequence[Sequence[str]], envs: Sequence[Mapping[str, str]], *,
                  cwd: Optional[str] = None, stdout: Optional[TextIO] = None, stderr: Optional[TextIO] = None,
                  prefix_output: bool = True, tail_lines: int = 100, kill_grace: float = 2.0,
-                 on_exit: Optional[Callable[[int, int], None]] = None, first_label: int = 0):
+                 on_exit: Optional[Callable[[int, int], None]] = None, first_label: int = 0,
+                 cpus: Optional[Sequence[Sequence[int]]] = None):
         if len(argvs) != len(envs):
             raise ValueError("one argv and one environment per rank (got %d and %d)" % (len(argvs), len(envs)))
+        if cpus is not None and len(cpus) != len(argvs):
+            raise ValueError("one CPU set per rank (got %d for %d ranks)" % (len(cpus), len(argvs)))
         if not argvs:
             raise ValueError("no ranks to run")
         self._argvs = [list(a) for a in argvs]
@@ -203,6 +215,8 @@ class RankSupervisor:
         self._kill_grace = kill_grace
         self._on_exit = on_exit  # (rank, returncode), once per rank as it is reaped
         self._first_label = first_label  # output of rank r is prefixed [r + first_label]
+        # Rank r's process (and so whatever it starts) runs only on cpus[r] (None: anywhere).
+        self._cpus = [",".join(str(c) for c in rank_cpus) for rank_cpus in cpus] if cpus else None
         self._procs: List[subprocess.Popen] = []
         self._returncodes: Dict[int, int] = {}
         self._pump = _OutputPump(prefix_output, tail_lines)
@@ -238,7 +252,8 @@ class RankSupervisor:
         try:
             for rank, (argv, env) in enumerate(zip(self._argvs, self._envs)):
                 proc = subprocess.Popen(
-                    [sys.executable, "-I", "-S", "-c", _EXEC_SHIM, str(os.getpid())] + argv,
+                    [sys.executable, "-I", "-S", "-c", _EXEC_SHIM, str(os.getpid()),
+                     self._cpus[rank] if self._cpus else "-"] + argv,
                     env=env, cwd=self._cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                     stderr=subprocess.PIPE, start_new_session=True, close_fds=True)
                 self._procs.append(proc)

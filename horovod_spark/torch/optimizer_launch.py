@@ -13,19 +13,16 @@ the core, which fuses them into one transfer.
 Either way each gradient travels as its own allreduce under its own name, so ranks that decide
 differently (one rank whose model fell back to the CPU, say) still match each other.
 """
-import os
-
 import torch
 
-from horovod_spark.common import basics
+from horovod_spark.common import _core, basics
 
 
-def usable_cpus() -> int:
-    """The CPUs this process may run on (its affinity mask)."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):
-        return max(1, os.cpu_count() or 1)
+def local_cpus() -> int:
+    """The CPUs this host's ranks may run on between them (the union of their affinity masks, which
+    the core learns at set-up): all of them when the ranks share the host's CPUs, their own when
+    each rank is bound to its cores."""
+    return _core.cpu_placement()["local_cpus"]
 
 
 def launch_at_step(params) -> bool:
@@ -35,4 +32,4 @@ def launch_at_step(params) -> bool:
         return False
     if basics.size() != basics.local_size():  # ranks on other hosts: transfers that wait on the network
         return False
-    return basics.local_size() * torch.get_num_threads() >= usable_cpus()
+    return basics.local_size() * torch.get_num_threads() >= local_cpus()

@@ -184,6 +184,16 @@ PYBIND11_MODULE(_core, m) {
   m.def("size", [] { return engine()->size(); });
   m.def("local_rank", [] { return engine()->local_rank(); });
   m.def("local_size", [] { return engine()->local_size(); });
+  m.def(
+      "cpu_placement",
+      [] {
+        std::shared_ptr<Engine> e = engine();
+        py::dict d;
+        d["local_cpus"] = e->local_cpus();
+        d["shared"] = e->ranks_share_cpus();
+        return d;
+      },
+      "The CPUs this host's ranks may use between them, and whether the ranks share CPUs.");
   m.def("enqueue", &enqueue);
   m.def("enqueue_device", &enqueue_device, "enqueue() for CUDA memory through NCCL, plus device and stream.");
   m.def(

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include "transport/cpu_placement.h"
 #include "transport/peer_link.h"
 
 namespace hs {
@@ -38,6 +39,10 @@ struct alignas(64) Doorbell {
   std::atomic<uint64_t> probe_addr;
   std::atomic<uint64_t> probe_value;
   char pad[32];
+  // The owner's affinity mask (CpuMask's words; cpus_known is 0 when it could not be read), so
+  // that each rank can tell whether the host's ranks share CPUs.
+  std::atomic<uint64_t> cpus[CpuMask::kWords];
+  std::atomic<uint32_t> cpus_known;
 };
 
 class ShmSegment {

@@ -168,14 +168,6 @@ std::vector<int> Transport::check_peers(std::vector<int>* gone) {
   return dead;
 }
 
-int usable_cpus() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
-  long n = sysconf(_SC_NPROCESSORS_ONLN);
-  return n > 0 ? static_cast<int>(n) : 1;
-}
-
 void Transport::wait_in_exchange(uint32_t token, const std::vector<int>& peers, int64_t& idle_since_us, int& spins) {
   // Peers usually answer within microseconds, and a futex sleep costs tens of them on a VM:
   // spin first (only when every rank has a CPU of its own), then yield, then sleep.

@@ -51,7 +51,10 @@ class Transport {
   int local_size() const { return local_size_; }
   // More ranks on this host than CPUs this process may run on: waiting then yields the CPU at
   // once instead of spinning, since the rank being waited for may need this very core.
+  // Whether this host's ranks share CPUs (so waits yield rather than spin), and how many CPUs they
+  // may use between them: from every local rank's affinity mask (see cpu_placement.h).
   bool oversubscribed() const { return oversubscribed_; }
+  int local_cpus() const { return local_cpus_; }
   // True when every peer is reached through shared memory whose data rings hold at least
   // `bytes` with room to spare: a send of that size then completes without the peer reading.
   bool can_send_unread(size_t bytes) const {
@@ -112,6 +115,7 @@ class Transport {
   void setup_shared_memory(const std::vector<PeerAddress>& peers, const TransportOptions& opt);
   // Per local peer: may this rank read its memory? Writes the answer into the ring it reads.
   void probe_single_copy(const std::vector<int>& locals);
+  void decide_cpu_sharing(const std::vector<int>& locals);
   void notify_written(int peer, PeerLink* link);  // notify_peer now, or owed while holding
   bool has_news() const;  // a link's news_mark moved since this thread's activity_token()
   static bool has_news_thunk(void* self) { return static_cast<Transport*>(self)->has_news(); }
@@ -145,6 +149,7 @@ class Transport {
   TransportOptions opt_;
   bool closed_ = false;
   bool oversubscribed_ = false;
+  int local_cpus_ = 1;
   size_t shm_data_ring_bytes_ = 0;
   bool holding_notifies_ = false;
   const ScatteredBuffer* scattered_ = nullptr;
@@ -166,9 +171,6 @@ class NotifyBatch {
  private:
   Transport& t_;
 };
-
-// CPUs the calling process may run on (its affinity mask), at least 1.
-int usable_cpus();
 
 // A Group over a subset of the transport's ranks (the global set or a process set).
 class PeerGroup : public Group {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "transport/channels.h"
+#include "transport/cpu_placement.h"
 #include "transport/peer_handshake.h"
 #include "transport/single_copy.h"
 #include "transport/socket_util.h"
@@ -33,7 +34,9 @@ void Transport::connect(const std::vector<PeerAddress>& peers, const TransportOp
   local_size_ = idx;
   int same_host = 0;
   for (int r = 0; r < size_; ++r) same_host += peers[r].host_id == peers[rank_].host_id;
-  oversubscribed_ = same_host > usable_cpus();
+  // Without shared memory between them, the local ranks' masks stay unknown: go by this rank's.
+  local_cpus_ = usable_cpus();
+  oversubscribed_ = same_host > local_cpus_;
   if (size_ == 1) return;
 
   std::vector<int> data_fd(size_, -1), ctrl_fd(size_, -1);
@@ -134,6 +137,9 @@ void Transport::setup_shared_memory(const std::vector<PeerAddress>& peers, const
     my_bell_->pid.store(static_cast<uint32_t>(getpid()));
     my_bell_->probe_addr.store(reinterpret_cast<uintptr_t>(&probe_word_));
     my_bell_->probe_value.store(probe_word_);
+    const CpuMask mask = own_cpu_mask();
+    for (int w = 0; w < CpuMask::kWords; ++w) my_bell_->cpus[w].store(mask.words[w]);
+    my_bell_->cpus_known.store(mask.known ? 1 : 0);
   };
   if (rank_ == creator) {
     shm_ = ShmSegment::create(name, local_size_, data_bytes, ctrl_bytes);
@@ -155,6 +161,7 @@ void Transport::setup_shared_memory(const std::vector<PeerAddress>& peers, const
     tell_creator('Q', "acknowledging the single-copy probe");
     hear_from_creator("finish setting up shared memory");
   }
+  decide_cpu_sharing(locals);
   for (int r : locals) {
     if (r == rank_) continue;
     auto* data = new ShmLink(shm_.get(), false, me, local_index_[r]);
@@ -163,6 +170,20 @@ void Transport::setup_shared_memory(const std::vector<PeerAddress>& peers, const
     if (data->send_single_copy_from() > 0)
       single_copy_send_from_ = std::min(single_copy_send_from_, data->send_single_copy_from());
   }
+}
+
+void Transport::decide_cpu_sharing(const std::vector<int>& locals) {
+  // Every local rank published its mask before the creator's 'P'.
+  std::vector<CpuMask> masks;
+  for (int r : locals) {
+    const Doorbell* bell = shm_->doorbell(local_index_[r]);
+    CpuMask m;
+    for (int w = 0; w < CpuMask::kWords; ++w) m.words[w] = bell->cpus[w].load();
+    m.known = bell->cpus_known.load() != 0;
+    masks.push_back(m);
+  }
+  local_cpus_ = std::max(1, cpus_in_union(masks));
+  oversubscribed_ = !each_has_own_cpu(masks);
 }
 
 void Transport::probe_single_copy(const std::vector<int>& locals) {

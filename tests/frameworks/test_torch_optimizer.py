@@ -7,6 +7,7 @@ every check; each is reported as its own parametrized test. Every check runs wit
 allreduces started from their hooks during backward and, again, all at step()
 (horovod_spark/torch/optimizer_launch.py chooses between them by the machine).
 """
+import os
 import sys
 import traceback
 import warnings
@@ -433,13 +434,19 @@ def check_ranks_that_launch_at_different_times_still_match(hvd):
 def check_launch_policy(hvd):
     """The real policy: every rank here is on one host with CPU parameters, so it launches at
     step() exactly when the host's cores are all taken by the ranks' compute threads."""
+
     from horovod_spark.torch import optimizer_launch
 
     params = list(_mlp().parameters())
     threads = torch.get_num_threads()
     try:
-        torch.set_num_threads(optimizer_launch.usable_cpus())
+        # The CPUs of all local ranks together, not this rank's own (run_local binds it to a share).
+        assert optimizer_launch.local_cpus() >= len(os.sched_getaffinity(0))
+        torch.set_num_threads(optimizer_launch.local_cpus())
         assert optimizer_launch.launch_at_step(params)
+        if optimizer_launch.local_cpus() > hvd.local_size():
+            torch.set_num_threads(1)  # CPUs without a compute thread carry the communication meanwhile
+            assert not optimizer_launch.launch_at_step(params)
         assert not optimizer_launch.launch_at_step([torch.empty(3, device="meta")])
         assert not optimizer_launch.launch_at_step([])
     finally:

@@ -11,6 +11,7 @@
 
 #include "engine_ranks.h"
 #include "engine_scenarios.h"
+#include "transport/cpu_placement.h"
 #include "transport/single_copy.h"
 #include "transport/socket_util.h"
 #include "transport/tcp_link.h"
@@ -119,6 +120,33 @@ void scenario_links() {
   expect(hs::read_peer_memory(me, here, 4, there, 3) == 0 && dst == src, kRank,
          "a read of 3 ranges into 4 did not copy every byte in order");
   expect(hs::read_peer_memory(me, dst.data(), 8, 16) != 0, kRank, "a read of an unmapped range did not fail");
+
+  // Whether a host's ranks each have a CPU of their own, from their affinity masks.
+  std::fprintf(stderr, "  CPU placement: the ranks' masks decide whether they share CPUs\n");
+  auto masks = [](std::vector<std::vector<int>> sets) {
+    std::vector<hs::CpuMask> out;
+    for (auto& set : sets) {
+      hs::CpuMask m;
+      for (int cpu : set) m.add(cpu);
+      m.known = true;
+      out.push_back(m);
+    }
+    return out;
+  };
+  expect(hs::each_has_own_cpu(masks({{0}, {1}})), kRank, "ranks bound to one core each were taken as sharing");
+  expect(hs::each_has_own_cpu(masks({{0, 1}, {0, 1}})), kRank, "2 ranks free on 2 CPUs were taken as sharing");
+  expect(!hs::each_has_own_cpu(masks({{0}, {0}})), kRank, "2 ranks bound to one CPU were not taken as sharing");
+  expect(!hs::each_has_own_cpu(masks({{0, 1}, {0, 1}, {0, 1}})), kRank, "3 ranks on 2 CPUs were not sharing");
+  // Rank 0 may use CPUs 0 and 2, rank 1 only 0: taking the first free CPU in rank order fails.
+  expect(hs::each_has_own_cpu(masks({{0, 2}, {0}, {1}})), kRank, "a placement found by re-assignment was missed");
+  expect(hs::each_has_own_cpu(masks({{0, 1}, {1}, {2}, {1, 1000}})), kRank, "a rank's CPU 1000 was missed");
+  expect(!hs::each_has_own_cpu(masks({{0, 1}, {0, 1}, {0, 1}, {5}})), kRank, "4 ranks on 3 CPUs were not sharing");
+  std::vector<hs::CpuMask> unknown = masks({{0}, {1}});
+  unknown[1].known = false;
+  expect(!hs::each_has_own_cpu(unknown), kRank, "a rank whose mask is unknown was not taken as sharing");
+  expect(hs::cpus_in_union(masks({{0, 1}, {1, 2}, {1000}})) == 4, kRank, "the union of the masks is miscounted");
+  const hs::CpuMask mine = hs::own_cpu_mask();
+  expect(mine.known && mine.count() == hs::usable_cpus(), kRank, "this process's mask was not read");
 }
 
 }  // namespace hs_test
