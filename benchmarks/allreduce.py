@@ -191,6 +191,42 @@ def memcpy_bandwidth(nbytes=64 << 20, reps=20):
     return {"bytes": nbytes, "median_s": median, "GBps": nbytes / median / 1e9}
 
 
+def _copy_in_step(nbytes, reps, barrier, results):
+    src = np.ones(nbytes // 4, dtype=np.float32)
+    dst = np.empty_like(src)
+    for _ in range(3):
+        np.copyto(dst, src)
+    times = []
+    for _ in range(reps):
+        barrier.wait()  # every process copies at the same time, as the ranks of an allreduce do
+        t = time.perf_counter()
+        np.copyto(dst, src)
+        times.append(time.perf_counter() - t)
+    results.put(times)
+
+
+def concurrent_memcpy(procs, nbytes=64 << 20, reps=20):
+    """numpy copies of ``nbytes`` in ``procs`` processes at once: the rate each rank of a
+    ``procs``-rank job gets while all of them move memory (one core's rate is an upper bound that a
+    shared memory system may not give every core at once)."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork")
+    barrier, results = ctx.Barrier(procs), ctx.Queue()
+    workers = [ctx.Process(target=_copy_in_step, args=(nbytes, reps, barrier, results)) for _ in range(procs)]
+    for w in workers:
+        w.start()
+    try:
+        times = [t for _ in workers for t in results.get(timeout=120)]
+    finally:
+        for w in workers:
+            w.join(10)
+            if w.is_alive():
+                w.kill()
+    median = float(np.median(times))
+    return {"procs": procs, "bytes": nbytes, "median_s": median, "GBps": nbytes / median / 1e9}
+
+
 def core_build_time():
     """mtime of the native core in use: a rebuild mid-run (shared checkout) would show here."""
     found = glob.glob(os.path.join(REPO, "horovod_spark", "common", "_core*.so"))
@@ -587,6 +623,7 @@ def main(argv=None):
 
     if args.launches:
         return _main_launches(args, argv, sizes, timeout, started, load_before, memcpy)
+    copies = {n: concurrent_memcpy(n) for n in args.np if 1 < n <= (os.cpu_count() or 1)}
 
     all_runs, errors, walls = [], [], {}
     for nranks in args.np:
@@ -612,7 +649,8 @@ def main(argv=None):
         "cpu_model": cpu_model(), "cpus": os.cpu_count(), "mem_gib": mem_total_gib(),
         "loadavg_before": load_before, "loadavg_after": loadavg(),
         "python": platform.python_version(), "revision": git_revision(), "core_built": core_build_time(),
-        "memcpy_64MiB": memcpy, "wall_s": walls, "repeat": args.repeat,
+        "memcpy_64MiB": memcpy, "memcpy_64MiB_concurrent": {str(n): c for n, c in copies.items()},
+        "wall_s": walls, "repeat": args.repeat,
     }
 
     print("## Allreduce benchmark (float32, Sum, in place)\n")
@@ -622,8 +660,9 @@ def main(argv=None):
     print("- machine: %s, %s cores, %.0f GiB RAM; load average before %s, after %s" % (
         meta["cpu_model"], meta["cpus"], meta["mem_gib"] or 0,
         fmt_load(load_before), fmt_load(meta["loadavg_after"])))
-    print("- memcpy ceiling: numpy copy of 64 MiB takes %s = %.2f GB/s (one core)"
-          % (fmt_time(memcpy["median_s"]), memcpy["GBps"]))
+    print("- memcpy ceiling: numpy copy of 64 MiB takes %s = %.2f GB/s (one core)%s"
+          % (fmt_time(memcpy["median_s"]), memcpy["GBps"],
+             "".join("; with %d copies at once, %.2f GB/s each" % (n, c["GBps"]) for n, c in sorted(copies.items()))))
     if args.repeat > 1:
         print("- each system ran %d times, interleaved; each cell is the run with the lowest median" % args.repeat)
     print("- latency = median over iterations of the slowest rank's time per allreduce; "
