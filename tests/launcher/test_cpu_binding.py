@@ -1,11 +1,14 @@
 """Local jobs bind each rank to its own CPUs, and the core sees the ranks' masks together."""
+import io
 import os
+import sys
 
 import pytest
 
 from horovod_spark.common.config import ConfigError
 from horovod_spark.launcher import cpu_binding, run_local
 from horovod_spark.launcher.local_job import LocalJob
+from horovod_spark.launcher.supervisor import RankSupervisor
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -99,3 +102,16 @@ def test_more_ranks_than_cpus_are_not_bound():
 def test_a_bad_setting_is_refused_before_anything_starts():
     with pytest.raises(ConfigError, match="HOROVOD_CPU_BIND='sometimes'.*set it to 1, true, yes or on"):
         LocalJob(["true"], 2, env={"HOROVOD_CPU_BIND": "sometimes"})
+
+
+def test_a_rank_that_cannot_be_bound_fails_with_the_reason():
+    no_such_cpu = max(cpu_binding.allowed_cpus()) + 4096
+    sup = RankSupervisor([[sys.executable, "-c", "print('ran')"]], [dict(os.environ)], cpus=[[no_such_cpu]],
+                         stdout=io.StringIO(), stderr=io.StringIO())
+    sup.start()
+    try:
+        failure = sup.wait(30)
+    finally:
+        sup.stop()
+    assert failure is not None and failure.returncode == 126
+    assert "cannot bind this rank to CPUs" in sup.stderr_tail(0) and "HOROVOD_CPU_BIND=0" in sup.stderr_tail(0)
