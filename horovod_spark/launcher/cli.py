@@ -160,8 +160,10 @@ def run(args: argparse.Namespace) -> int:
         try:
             job.start()
             if args.verbose:
-                _say("started %d rank(s) of %r (pids %s); rendezvous on 127.0.0.1:%d, scope %s"
-                     % (args.num_proc, " ".join(args.command), job.supervisor.pids(), job.port, job.run_scope))
+                _say("started %d rank(s) of %r (pids %s); rendezvous on 127.0.0.1:%d, scope %s; %s"
+                     % (args.num_proc, " ".join(args.command), job.supervisor.pids(), job.port, job.run_scope,
+                        "CPUs by rank " + " ".join(",".join(map(str, cpus)) for cpus in job.cpus) if job.cpus
+                        else "ranks not bound to CPUs"))
             failure = job.supervisor.wait()
             job.close()  # on failure: stops the others and drains the failed rank's stderr first
             if failure is None:

@@ -1,16 +1,20 @@
 """Local jobs bind each rank to its own CPUs, and the core sees the ranks' masks together."""
 import io
 import os
+import subprocess
 import sys
 
 import pytest
 
+import horovod_spark
 from horovod_spark.common.config import ConfigError
 from horovod_spark.launcher import cpu_binding, run_local
 from horovod_spark.launcher.local_job import LocalJob
 from horovod_spark.launcher.supervisor import RankSupervisor
 
 pytestmark = pytest.mark.timeout(120)
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(horovod_spark.__file__)))
 
 
 def _cores(n):
@@ -115,3 +119,17 @@ def test_a_rank_that_cannot_be_bound_fails_with_the_reason():
         sup.stop()
     assert failure is not None and failure.returncode == 126
     assert "cannot bind this rank to CPUs" in sup.stderr_tail(0) and "HOROVOD_CPU_BIND=0" in sup.stderr_tail(0)
+
+
+def test_the_cli_binds_its_ranks_and_says_so_when_verbose():
+    plan = cpu_binding.plan(2)
+    if plan is None:
+        pytest.skip("fewer than 2 CPUs")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([REPO_ROOT] + [p for p in os.environ.get("PYTHONPATH", "")
+                                                                     .split(os.pathsep) if p]))
+    proc = subprocess.run([sys.executable, "-m", "horovod_spark.launcher", "-np", "2", "--verbose", sys.executable,
+                           "-c", "import os; print(os.environ['HOROVOD_RANK'], sorted(os.sched_getaffinity(0)))"],
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(proc.stdout.splitlines()) == ["[%d]<stdout>:%d %s" % (r, r, plan[r]) for r in range(2)]
+    assert "CPUs by rank " + " ".join(",".join(map(str, cpus)) for cpus in plan) in proc.stderr
