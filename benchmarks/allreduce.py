@@ -176,33 +176,32 @@ def loadavg():
         return None
 
 
-def memcpy_bandwidth(nbytes=64 << 20, reps=20):
-    """numpy copy of ``nbytes``: the single-core ceiling any shared-memory reduction works under."""
+def _time_copies(nbytes, reps, before_each=None):
+    """Seconds of each of ``reps`` numpy copies of ``nbytes`` (after 3 untimed ones);
+    ``before_each`` runs untimed before every timed copy."""
     src = np.ones(nbytes // 4, dtype=np.float32)
     dst = np.empty_like(src)
     for _ in range(3):
         np.copyto(dst, src)
     times = []
     for _ in range(reps):
+        if before_each is not None:
+            before_each()
         t = time.perf_counter()
         np.copyto(dst, src)
         times.append(time.perf_counter() - t)
-    median = float(np.median(times))
+    return times
+
+
+def memcpy_bandwidth(nbytes=64 << 20, reps=20):
+    """numpy copy of ``nbytes``: the single-core ceiling any shared-memory reduction works under."""
+    median = float(np.median(_time_copies(nbytes, reps)))
     return {"bytes": nbytes, "median_s": median, "GBps": nbytes / median / 1e9}
 
 
 def _copy_in_step(nbytes, reps, barrier, results):
-    src = np.ones(nbytes // 4, dtype=np.float32)
-    dst = np.empty_like(src)
-    for _ in range(3):
-        np.copyto(dst, src)
-    times = []
-    for _ in range(reps):
-        barrier.wait()  # every process copies at the same time, as the ranks of an allreduce do
-        t = time.perf_counter()
-        np.copyto(dst, src)
-        times.append(time.perf_counter() - t)
-    results.put(times)
+    # Every process copies at the same time, as the ranks of an allreduce do.
+    results.put(_time_copies(nbytes, reps, barrier.wait))
 
 
 def concurrent_memcpy(procs, nbytes=64 << 20, reps=20):
