@@ -133,6 +133,32 @@ PyObject* enqueue_allreduce(PyObject*, PyObject* const* args, Py_ssize_t nargs) 
   });
 }
 
+// Per-element arguments of a call (args[index[k]]) as fast sequences of one length, released on
+// every way out. open() is false with a Python error set: `not_list` when one is not a sequence,
+// mismatch(k, its length, the first's length) when lengths differ.
+template <int N>
+struct EqualLengthLists {
+  PyObject* seq[N] = {};
+  Py_ssize_t length = -1;
+  ~EqualLengthLists() {
+    for (PyObject* q : seq) Py_XDECREF(q);
+  }
+  template <class Mismatch>
+  bool open(PyObject* const* args, const int (&index)[N], const char* not_list, Mismatch&& mismatch) {
+    for (int k = 0; k < N; ++k) {
+      seq[k] = PySequence_Fast(args[index[k]], not_list);
+      if (!seq[k]) return false;
+      const Py_ssize_t len = PySequence_Fast_GET_SIZE(seq[k]);
+      if (length >= 0 && len != length) {
+        mismatch(k, len, length);
+        return false;
+      }
+      length = len;
+    }
+    return true;
+  }
+};
+
 // enqueue_allreduce_group(name, in_ptrs, out_ptrs, dtype, shapes, op, prescale, postscale,
 //                         process_set) -> handle: a grouped allreduce of tensors of one dtype as one
 // packed request (see TensorRequest::members). Every member is checked before anything is queued.
@@ -141,25 +167,13 @@ PyObject* enqueue_allreduce_group(PyObject*, PyObject* const* args, Py_ssize_t n
     PyErr_Format(PyExc_TypeError, "enqueue_allreduce_group takes 9 arguments (%zd given)", nargs);
     return nullptr;
   }
-  struct Lists {  // the three per-member arguments as fast sequences, released on every way out
-    PyObject* seq[3] = {nullptr, nullptr, nullptr};
-    ~Lists() {
-      for (PyObject* q : seq) Py_XDECREF(q);
-    }
-  } lists;
   const char* const what[] = {"in_ptrs", "out_ptrs", "shapes"};
-  const int list_arg[] = {1, 2, 4};
-  Py_ssize_t n = -1;
-  for (int k = 0; k < 3; ++k) {
-    lists.seq[k] = PySequence_Fast(args[list_arg[k]], "enqueue_allreduce_group: expected lists");
-    if (!lists.seq[k]) return nullptr;
-    Py_ssize_t len = PySequence_Fast_GET_SIZE(lists.seq[k]);
-    if (n >= 0 && len != n) {
-      PyErr_Format(PyExc_ValueError, "grouped_allreduce: %s has %zd entries, in_ptrs has %zd", what[k], len, n);
-      return nullptr;
-    }
-    n = len;
-  }
+  EqualLengthLists<3> lists;
+  if (!lists.open(args, {1, 2, 4}, "enqueue_allreduce_group: expected lists", [&](int k, Py_ssize_t len, Py_ssize_t n) {
+        PyErr_Format(PyExc_ValueError, "grouped_allreduce: %s has %zd entries, in_ptrs has %zd", what[k], len, n);
+      }))
+    return nullptr;
+  const Py_ssize_t n = lists.length;
   return with_python_errors([&]() -> PyObject* {
     const char* name;
     Py_ssize_t name_len;
@@ -217,23 +231,14 @@ PyObject* enqueue_allreduce_batch(PyObject*, PyObject* const* args, Py_ssize_t n
     PyErr_Format(PyExc_TypeError, "enqueue_allreduce_batch takes 8 arguments (%zd given)", nargs);
     return nullptr;
   }
-  struct Lists {  // the four per-tensor arguments as fast sequences, released on every way out
-    PyObject* seq[4] = {nullptr, nullptr, nullptr, nullptr};
-    ~Lists() {
-      for (PyObject* q : seq) Py_XDECREF(q);
-    }
-  } lists;
-  Py_ssize_t n = -1;
-  for (int k = 0; k < 4; ++k) {
-    lists.seq[k] = PySequence_Fast(args[k], "enqueue_allreduce_batch: names, ptrs, dtypes and shapes must be lists");
-    if (!lists.seq[k]) return nullptr;
-    Py_ssize_t len = PySequence_Fast_GET_SIZE(lists.seq[k]);
-    if (n >= 0 && len != n) {
-      PyErr_SetString(PyExc_ValueError, "enqueue_allreduce_batch: names, ptrs, dtypes and shapes differ in length");
-      return nullptr;
-    }
-    n = len;
-  }
+  EqualLengthLists<4> lists;
+  if (!lists.open(args, {0, 1, 2, 3}, "enqueue_allreduce_batch: names, ptrs, dtypes and shapes must be lists",
+                  [](int, Py_ssize_t, Py_ssize_t) {
+                    PyErr_SetString(PyExc_ValueError,
+                                    "enqueue_allreduce_batch: names, ptrs, dtypes and shapes differ in length");
+                  }))
+    return nullptr;
+  const Py_ssize_t n = lists.length;
   return with_python_errors([&]() -> PyObject* {
     long long op, process_set;
     double prescale, postscale;
