@@ -346,6 +346,17 @@ void Transport::fold_received(const RecvSpec& spec, uint8_t* dst, const uint8_t*
   scale_buffer(dst, count, spec.dtype, spec.postscale);
 }
 
+void Transport::locate_received(const RecvSpec& spec, size_t off, size_t& k, uint8_t** dst,
+                                const uint8_t** local) const {
+  *dst = static_cast<uint8_t*>(spec.dest) + off;
+  *local = spec.local ? static_cast<const uint8_t*>(spec.local) + off : nullptr;
+  if (scattered_) {  // (pieces hold whole elements: cutting at their ends keeps k whole)
+    scattered_->map(*dst, k);
+    if (*local) scattered_->map(*local, k);
+  }
+  if (!*local) *local = *dst;
+}
+
 bool Transport::receive_through_ring(PeerLink* link, const RecvSpec& spec, size_t esize, size_t total, size_t& off) {
   bool moved = false;
   while (off < total) {
@@ -354,13 +365,9 @@ bool Transport::receive_through_ring(PeerLink* link, const RecvSpec& spec, size_
     size_t k;
     if (off < spec.bytes) {
       k = std::min(span.second, spec.bytes - off);
-      uint8_t* dst = static_cast<uint8_t*>(spec.dest) + off;
-      const uint8_t* local = spec.local ? static_cast<const uint8_t*>(spec.local) + off : nullptr;
-      if (scattered_) {  // (pieces hold whole elements: cutting at their ends keeps k whole)
-        scattered_->map(dst, k);
-        if (local) scattered_->map(local, k);
-      }
-      if (!local) local = dst;
+      uint8_t* dst;
+      const uint8_t* local;
+      locate_received(spec, off, k, &dst, &local);
       k -= k % esize;
       if (k == 0) break;  // wait for the rest of a partial element
       if (spec.mode == RecvMode::kCopy) {

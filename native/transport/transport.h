@@ -124,6 +124,10 @@ class Transport {
   bool receive_through_ring(PeerLink* link, const RecvSpec& spec, size_t esize, size_t total, size_t& off);
   bool receive_single_copy(PeerLink* link, ShmLink* shm, const RecvSpec& spec, size_t esize,
                            SingleCopyProgress& at);  // (transport_single_copy.cc)
+  // Where a receive's bytes [off, off + k) land (*dst) and what a kReduce folds them with (*local:
+  // the spec's local input, else the destination itself); a scattered buffer cuts k at the end of
+  // its piece.
+  void locate_received(const RecvSpec& spec, size_t off, size_t& k, uint8_t** dst, const uint8_t** local) const;
   // A kReduce receive's arithmetic on `count` elements that arrived: dst = local (op) incoming,
   // in the spec's operand order, then its postscale.
   static void fold_received(const RecvSpec& spec, uint8_t* dst, const uint8_t* local, const uint8_t* incoming,

@@ -89,14 +89,10 @@ bool Transport::receive_single_copy(PeerLink* link, ShmLink* shm, const RecvSpec
     if (reduce) {
       const uint8_t* incoming = reinterpret_cast<const uint8_t*>(staging.data());
       for (size_t done = 0; done < want;) {
-        uint8_t* dst = static_cast<uint8_t*>(spec.dest) + at.read + done;
-        const uint8_t* local = spec.local ? static_cast<const uint8_t*>(spec.local) + at.read + done : nullptr;
         size_t k = want - done;
-        if (scattered_) {  // (pieces hold whole elements: cutting at their ends keeps k whole)
-          scattered_->map(dst, k);
-          if (local) scattered_->map(local, k);
-        }
-        if (!local) local = dst;
+        uint8_t* dst;
+        const uint8_t* local;
+        locate_received(spec, at.read + done, k, &dst, &local);
         fold_received(spec, dst, local, incoming + done, k / esize);
         done += k;
       }
