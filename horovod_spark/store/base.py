@@ -31,26 +31,23 @@ class Store:
         ``check``: write, read back and delete a probe file under the root now (``check_access``),
         so an unusable path fails here rather than after a Spark job. The default checks local
         and DBFS paths, which need no connection; remote stores are checked when a fit starts."""
-        # Imported here: the subclasses import this module.
-        from horovod_spark.store.dbfs import DBFSLocalStore, is_dbfs_path
-        from horovod_spark.store.fsspec_store import FsspecStore
-        from horovod_spark.store.hdfs import HDFSStore
-        from horovod_spark.store.local import LocalStore
-
         if not isinstance(prefix_path, str) or not prefix_path.strip():
             raise ValueError("Store.create needs a non-empty path or URL, got %r" % (prefix_path,))
-        scheme = url_scheme(prefix_path)
-        if is_dbfs_path(prefix_path):
-            store = DBFSLocalStore(prefix_path, **kwargs)
-        elif scheme in ("", "file"):
-            store = LocalStore(prefix_path, **kwargs)
-        elif scheme == "hdfs":
-            store = HDFSStore(prefix_path, **kwargs)
-        else:
-            store = FsspecStore(prefix_path, **kwargs)
-        if check if check is not None else _checked_by_default(store):
+        store = _implementation_for(prefix_path)(prefix_path, **kwargs)
+        if check if check is not None else store.checked_on_creation():
             store.check_access()
         return store
+
+    @classmethod
+    def serves(cls, prefix_path: str) -> bool:
+        """Whether ``Store.create`` should pick this class for ``prefix_path`` (an implementation
+        registered with ``register_implementation`` says; the most derived class that serves a
+        path wins, so ``DBFSLocalStore`` takes ``/dbfs`` paths from ``LocalStore``)."""
+        return False
+
+    def checked_on_creation(self) -> bool:
+        """Whether ``Store.create`` checks access by default: stores that need no connection say yes."""
+        return False
 
     def check_access(self) -> None:
         """Raise ``StoreAccessError`` unless this process can create the root, write a file under
@@ -242,12 +239,27 @@ def _delete_quietly(fs, path: str) -> None:
         pass
 
 
-def _checked_by_default(store) -> bool:
-    """Local paths are checked when the store is created; so is DBFS where its mount exists (a
-    dbfs:/ store made elsewhere, to be used on Databricks later, is checked when a fit starts)."""
-    from horovod_spark.store.dbfs import FUSE_ROOT, DBFSLocalStore
-    from horovod_spark.store.local import LocalStore
-    if isinstance(store, DBFSLocalStore):
-        import os
-        return os.path.isdir(FUSE_ROOT)
-    return isinstance(store, LocalStore)
+# The classes Store.create chooses among, in registration order. Only registered classes take part,
+# so a user's subclass of LocalStore never takes over plain paths by being defined.
+_IMPLEMENTATIONS: List[type] = []
+_FALLBACK: List[type] = []
+
+
+def register_implementation(fallback: bool = False):
+    """Class decorator: ``Store.create`` considers this class (``fallback``: the one for URLs no
+    other registered class serves)."""
+    def register(cls):
+        (_FALLBACK if fallback else _IMPLEMENTATIONS).append(cls)
+        return cls
+    return register
+
+
+def _implementation_for(prefix_path: str) -> type:
+    matches = [cls for cls in _IMPLEMENTATIONS if cls.serves(prefix_path)]
+    matches = [cls for cls in matches if not any(other is not cls and issubclass(other, cls) for other in matches)]
+    if len(matches) == 1:
+        return matches[0]
+    if matches:
+        raise ValueError("Store.create: %s all serve %r; a path must map to one store class"
+                         % (", ".join(cls.__name__ for cls in matches), prefix_path))
+    return _FALLBACK[0]

@@ -3,7 +3,7 @@ import os
 import posixpath
 
 from horovod_spark.exceptions import StoreAccessError
-from horovod_spark.store.base import url_scheme
+from horovod_spark.store.base import register_implementation, url_scheme
 from horovod_spark.store.local import LocalStore
 
 FUSE_ROOT = "/dbfs"
@@ -21,9 +21,18 @@ def to_fuse_path(path: str) -> str:
     return path
 
 
+@register_implementation()
 class DBFSLocalStore(LocalStore):
     """Python (and the ranks) read and write through the FUSE mount; Spark is given ``dbfs:/``
     URLs, which it reads natively and faster than through FUSE."""
+
+    @classmethod
+    def serves(cls, prefix_path: str) -> bool:
+        return is_dbfs_path(prefix_path)
+
+    def checked_on_creation(self) -> bool:
+        # A dbfs:/ store made elsewhere, to be used on Databricks later, is checked when a fit starts.
+        return os.path.isdir(FUSE_ROOT)
 
     def _normalize_root(self, prefix_path: str) -> str:
         root = super()._normalize_root(to_fuse_path(prefix_path))

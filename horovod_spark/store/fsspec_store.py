@@ -1,12 +1,13 @@
 """FsspecStore: any filesystem with an fsspec implementation (s3://, gs://, abfs://, memory://...)."""
 from typing import Optional
 
-from horovod_spark.store.base import Store, url_scheme
+from horovod_spark.store.base import Store, register_implementation, url_scheme
 
 # Spark's Hadoop connectors name some object stores differently from fsspec.
 _SPARK_SCHEMES = {"s3": "s3a"}
 
 
+@register_implementation(fallback=True)
 class FsspecStore(Store):
     """Store paths are URLs; I/O goes through pyarrow's wrapper of the fsspec filesystem so every
     store offers one ``pyarrow.fs.FileSystem``. ``storage_options`` go to the fsspec filesystem."""

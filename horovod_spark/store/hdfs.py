@@ -3,13 +3,14 @@ from typing import Dict, Optional
 from urllib.parse import urlparse
 
 from horovod_spark.exceptions import StoreConnectionError
-from horovod_spark.store.base import Store
+from horovod_spark.store.base import Store, register_implementation, url_scheme
 
 # Horovod's driver= chose between libhdfs (JNI) and libhdfs3 (C++) in pyarrow's legacy HDFS client;
 # pyarrow.fs.HadoopFileSystem has only the JNI one.
 SUPPORTED_DRIVER = "libhdfs"
 
 
+@register_implementation()
 class HDFSStore(Store):
     """Root ``hdfs://host[:port]/path``, ``hdfs:///path`` (the namenode from the Hadoop config), or,
     as in Horovod, an absolute path with the namenode in ``host=`` / ``port=``.
@@ -22,6 +23,10 @@ class HDFSStore(Store):
     it needs a JVM, libhdfs and a reachable namenode, which a driver that only computes paths,
     or a test, may not have. Without a port, port 0 lets libhdfs take it from the Hadoop config
     (also right for HA nameservices)."""
+
+    @classmethod
+    def serves(cls, prefix_path: str) -> bool:
+        return url_scheme(prefix_path) == "hdfs"
 
     def __init__(self, prefix_path: str, host: Optional[str] = None, port: Optional[int] = None,
                  user: Optional[str] = None, kerb_ticket: Optional[str] = None, driver: str = SUPPORTED_DRIVER,

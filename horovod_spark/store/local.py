@@ -2,12 +2,20 @@
 import os
 from urllib.parse import unquote, urlparse
 
-from horovod_spark.store.base import Store, url_scheme
+from horovod_spark.store.base import Store, register_implementation, url_scheme
 
 
+@register_implementation()
 class LocalStore(Store):
     """Root given as a plain path or a ``file://`` URL; store paths are absolute local paths.
     With Spark on a cluster the directory must be visible to every executor (NFS, FUSE mount)."""
+
+    @classmethod
+    def serves(cls, prefix_path: str) -> bool:
+        return url_scheme(prefix_path) in ("", "file")
+
+    def checked_on_creation(self) -> bool:
+        return True
 
     def _normalize_root(self, prefix_path: str) -> str:
         return _local_path(prefix_path)
