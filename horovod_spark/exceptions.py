@@ -47,7 +47,14 @@ class HostsUpdatedInterrupt(RuntimeError):
 
 class ConfigError(ValueError):
     """A HOROVOD_* environment variable holds a value horovod_spark cannot use (or one it needs is
-    missing); the message names the variable, the value and what it accepts."""
+    missing); the message names the variable, the value and what it accepts. The native core
+    raises this class too, for the variables it reads."""
+
+
+class TransportError(RuntimeError):
+    """The native core could not set up or keep its links to the other ranks: a shared-memory
+    segment or socket could not be made, or a peer could not be reached in time. The core raises
+    this class itself (its module takes it from here at import)."""
 
 
 class KVError(RuntimeError):
@@ -154,16 +161,6 @@ class PetastormUnavailableError(ImportError):
     """data_module='petastorm' was asked for where Petastorm cannot be imported."""
 
 
-def __getattr__(name):
-    # The native core's transport failure (a RuntimeError: a shared-memory segment or socket could
-    # not be set up) is defined by the compiled module; importing it only on demand keeps this
-    # module free of dependencies.
-    if name == "TransportError":
-        from horovod_spark.common import _core
-        return _core.TransportError
-    raise AttributeError("module %r has no attribute %r" % (__name__, name))
-
-
 __all__ = ["HorovodInternalError", "HorovodCollectiveError", "HorovodTimeoutError", "HostsUpdatedInterrupt",
-           "ConfigError", "KVError", "RankFailedError", "ElasticJobError", "HorovodSparkError", "SparkRankFailedError",
-           "StartTimeoutError", "StoreConnectionError", "PetastormUnavailableError"]  # and TransportError, on demand
+           "ConfigError", "TransportError", "KVError", "RankFailedError", "ElasticJobError", "HorovodSparkError",
+           "SparkRankFailedError", "StartTimeoutError", "StoreConnectionError", "PetastormUnavailableError"]

@@ -8,11 +8,24 @@
 # its multi-rank C++ tests under each (HOROVOD_SPARK_SKIP_SANITIZERS=1 skips that).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/venv.sh"
+# "on" or "off": a flag read by horovod_spark/common/config.py's own parser, so it takes the same
+# words as every other flag and a value outside them stops the run here, named.
+flag() {
+  python -c 'import sys
+from horovod_spark.common import config
+try:
+    variable = config.VARIABLES[sys.argv[1]]
+    print(variable.kind.show(variable.get()))
+except config.ConfigError as exc:
+    sys.exit(str(exc))' "$1"
+}
+skip_legacy=$(flag HOROVOD_SPARK_SKIP_LEGACY)
+skip_sanitizers=$(flag HOROVOD_SPARK_SKIP_SANITIZERS)
 bash scripts/lint.sh
 python -m pytest -q --durations=15 tests "$@"
 status=0
-if [[ "${HOROVOD_SPARK_SKIP_LEGACY:-0}" == "1" ]]; then
-  echo "HOROVOD_SPARK_SKIP_LEGACY=1: the older-stack (legacy_stack) tests were not run"
+if [[ $skip_legacy == on ]]; then
+  echo "HOROVOD_SPARK_SKIP_LEGACY=$HOROVOD_SPARK_SKIP_LEGACY: the older-stack (legacy_stack) tests were not run"
 else
   source "$(dirname "${BASH_SOURCE[0]}")/venv_legacy.sh"
   echo "== older stack ($("$HOROVOD_SPARK_LEGACY_PYTHON" -c 'import pyspark, pyarrow, petastorm; print("pyspark", pyspark.__version__, "pyarrow", pyarrow.__version__, "petastorm", petastorm.__version__)')): tests marked legacy_stack"
@@ -24,7 +37,7 @@ else
     status=0
   fi
 fi
-if [[ $status -eq 0 && "${HOROVOD_SPARK_SKIP_SANITIZERS:-0}" != "1" && $# -eq 0 ]]; then
+if [[ $status -eq 0 && $skip_sanitizers == off && $# -eq 0 ]]; then
   echo "== the native core under ASan+UBSan and TSan (scripts/run_sanitizers.sh)"
   bash scripts/run_sanitizers.sh || status=$?
 fi

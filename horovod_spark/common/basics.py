@@ -8,7 +8,8 @@ import threading
 
 from horovod_spark.common import _core, gpu_support, peer_addresses, rendezvous
 from horovod_spark.common import config as env_config  # basics.config() is the core's settings
-from horovod_spark.exceptions import ConfigError, HorovodInternalError
+from horovod_spark.common.process_sets import ProcessSet, add_process_set, clear_registrations
+from horovod_spark.exceptions import ConfigError, HorovodInternalError, TransportError
 
 _lock = threading.RLock()
 # generation: how many times this process formed a job (the KV scope of each rendezvous); in an
@@ -34,14 +35,12 @@ def init(comm=None, process_sets=None):
             try:
                 _connect(comm)
                 break
-            except (HorovodInternalError, _core.TransportError, ConnectionError):
+            except (HorovodInternalError, TransportError, ConnectionError):
                 if not _elastic_membership_changed(comm):
                     raise
                 # A peer was lost while this job formed: form the driver's newer one instead.
-    if process_sets:
-        from horovod_spark.common import process_sets as _ps
-        for ps in process_sets:
-            _ps.add_process_set(ps)
+    for ps in process_sets:
+        add_process_set(ps)
 
 
 def _elastic_membership_changed(comm) -> bool:
@@ -49,6 +48,12 @@ def _elastic_membership_changed(comm) -> bool:
         return False
     from horovod_spark.common import elastic_rendezvous
     return elastic_rendezvous.newest_generation() > _state["elastic_generation"]
+
+
+def elastic_generation() -> int:
+    """In an elastic job, the driver's number of the job this rank last formed or tried to form
+    (0 before the first); a newer one published by the driver means the membership changed."""
+    return _state["elastic_generation"]
 
 
 def _connect(comm):
@@ -108,7 +113,6 @@ def _initial_process_sets(process_sets):
     """init()'s ``process_sets`` as a list, checked before anything starts."""
     if process_sets is None or (isinstance(process_sets, str) and process_sets.lower() == "dynamic"):
         return []
-    from horovod_spark.common.process_sets import ProcessSet
     if isinstance(process_sets, (str, bytes)) or not hasattr(process_sets, "__iter__"):
         raise ValueError("hvd.init(process_sets=%r): pass a list of ProcessSet objects (or of rank lists), "
                          "or 'dynamic'" % (process_sets,))
@@ -136,8 +140,7 @@ def shutdown():
                 dup.Free()
             except Exception:  # MPI may already be finalized at interpreter exit
                 pass
-        from horovod_spark.common import process_sets as _ps
-        _ps._reset()
+        clear_registrations()
 
 
 atexit.register(shutdown)
@@ -240,6 +243,12 @@ def ddl_built() -> bool:
 
 def ccl_built() -> bool:
     return False
+
+
+def cpu_placement() -> dict:
+    """The CPUs this host's ranks may run on between them (``local_cpus``, the union of their
+    affinity masks, which the core learns at set-up) and whether the ranks share CPUs (``shared``)."""
+    return dict(_core.cpu_placement())
 
 
 def start_timeline(file_path: str, mark_cycles: bool = False) -> None:

@@ -92,26 +92,37 @@ def _parse_port(text: str) -> int:
 
 PORT = Kind("a TCP port number between 1 and 65535", _parse_port)
 
+# The one flag grammar, for every flag: Python's here and the core's (native/common/config.cc
+# env_flag, env_switch) alike. A word outside it is refused, never guessed at.
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+_FLAG_WORDS = "1, true, yes or on to turn it on; 0, false, no or off to turn it off"
+
+
+def _flag_word(text: str) -> Optional[bool]:
+    """True or False for a word of the flag grammar (any letter case, spaces around ignored), else None."""
+    word = text.strip().lower()
+    return True if word in _TRUE else False if word in _FALSE else None
 
 
 def _parse_flag(text: str) -> bool:
-    word = text.strip().lower()
-    if word in _TRUE or word in _FALSE:
-        return word in _TRUE
-    raise ValueError("is neither on nor off")
+    value = _flag_word(text)
+    if value is None:
+        raise ValueError("is neither on nor off")
+    return value
 
 
-FLAG = Kind("1, true, yes or on to turn it on; 0, false, no or off to turn it off", _parse_flag,
-            lambda value: "on" if value else "off")
-# The core's rule (native/common/config.cc env_flag): only these words turn a flag off.
-CORE_FLAG = Kind("0, false or no to turn it off; any other value turns it on",
-                 lambda text: text not in ("0", "false", "False", "FALSE", "no"),
-                 lambda value: "on" if value else "off")
+def _parse_switch(text: str) -> str:
+    if text.strip().lower() == "auto":
+        return "auto"
+    value = _flag_word(text)
+    if value is None:
+        raise ValueError("is neither auto, on nor off")
+    return "on" if value else "off"
 
-# A CORE_FLAG that may also be left to the core (native/common/config.cc env_switch): unset or auto.
-CORE_SWITCH = Kind("auto (or unset) to let the core choose; 0, false or no to turn it off; any other value turns "
-                   "it on", lambda text: "auto" if text == "auto" else "on" if CORE_FLAG.parse(text) else "off")
+
+FLAG = Kind(_FLAG_WORDS, _parse_flag, lambda value: "on" if value else "off")
+# A flag that may also be left to the core to decide: unset or auto.
+SWITCH = Kind("auto (or unset) to let the core choose; " + _FLAG_WORDS, _parse_switch)
 
 
 def choice(*words: str, synonyms: Optional[Mapping[str, str]] = None) -> Kind:
@@ -283,7 +294,7 @@ STALL_SHUTDOWN_TIME_SECONDS = _define("HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", cor
                                       "(horovod_spark.run, the estimators' fits) the ranks get it from run()'s env, "
                                       "else the driver's environment, else HOROVOD_SPARK_STALL_SHUTDOWN_TIME_SECONDS.",
                                       read_by=CORE, default_text="0 (never); 600 on Spark")
-STALL_CHECK_DISABLE = _define("HOROVOD_STALL_CHECK_DISABLE", CORE_FLAG, False, "Turn the stall check off.",
+STALL_CHECK_DISABLE = _define("HOROVOD_STALL_CHECK_DISABLE", FLAG, False, "Turn the stall check off.",
                               read_by=CORE)
 PROCESS_SET_TIMEOUT = _define("HOROVOD_PROCESS_SET_TIMEOUT", core_number(1, "seconds"), 120, "How long "
                               "hvd.add_process_set() and hvd.remove_process_set() wait for every rank to make the "
@@ -291,12 +302,12 @@ PROCESS_SET_TIMEOUT = _define("HOROVOD_PROCESS_SET_TIMEOUT", core_number(1, "sec
 TIMELINE = _define("HOROVOD_TIMELINE", text("a file path"), None, "Write a Chrome trace of every tensor's phases "
                    "to this file (rank 0; horovod-spark-run --timeline-filename sets it).", read_by=CORE,
                    default_text="unset: no timeline")
-TIMELINE_MARK_CYCLES = _define("HOROVOD_TIMELINE_MARK_CYCLES", CORE_FLAG, False, "Mark the engine's negotiation "
+TIMELINE_MARK_CYCLES = _define("HOROVOD_TIMELINE_MARK_CYCLES", FLAG, False, "Mark the engine's negotiation "
                                "rounds in the timeline (horovod-spark-run --timeline-mark-cycles sets it).",
                                read_by=CORE)
 DATA_TIMEOUT_SECONDS = _define("HOROVOD_DATA_TIMEOUT_SECONDS", core_number(1, "seconds"), 600, "A data transfer "
                                "between ranks that makes no progress this long fails the job.", read_by=CORE)
-SHM_DISABLE = _define("HOROVOD_SHM_DISABLE", CORE_FLAG, False, "Use TCP between ranks on one host instead of "
+SHM_DISABLE = _define("HOROVOD_SHM_DISABLE", FLAG, False, "Use TCP between ranks on one host instead of "
                       "shared memory.", read_by=CORE)
 SHM_RING_BYTES = _define("HOROVOD_SHM_RING_BYTES", core_number(65536, "bytes"), 4194304, "Size of each "
                          "shared-memory ring between two ranks on one host (rounded down to a multiple of 4096).",
@@ -307,18 +318,18 @@ SHM_SINGLE_COPY_BYTES = _define("HOROVOD_SHM_SINGLE_COPY_BYTES", core_number(0, 
                                 "passing through the shared-memory ring: one copy instead of two. Used only where "
                                 "a probe at start-up finds it allowed (same user, no ptrace restriction); 0 turns "
                                 "it off.", read_by=CORE)
-SPECULATIVE_ALLREDUCE = _define("HOROVOD_SPECULATIVE_ALLREDUCE", CORE_FLAG, True, "Let small synchronous "
+SPECULATIVE_ALLREDUCE = _define("HOROVOD_SPECULATIVE_ALLREDUCE", FLAG, True, "Let small synchronous "
                                 "allreduces seen before skip negotiation.", read_by=CORE)
 _TWO_LEVELS = (" in two levels: within each host over shared memory, then across hosts, then within each host "
                "again. auto chooses it for a job or process set on several hosts that each hold more than one of "
                "its ranks; on (e.g. 1) also where some host holds just one; never on one host or with one rank per "
                "host. Rank 0's value counts for every rank; horovod_spark.common.basics.hierarchical_%s_enabled() "
                "says what was chosen.")
-HIERARCHICAL_ALLREDUCE = _define("HOROVOD_HIERARCHICAL_ALLREDUCE", CORE_SWITCH, "auto",
+HIERARCHICAL_ALLREDUCE = _define("HOROVOD_HIERARCHICAL_ALLREDUCE", SWITCH, "auto",
                                  "Run allreduce" + _TWO_LEVELS % "allreduce", read_by=CORE)
-HIERARCHICAL_ALLGATHER = _define("HOROVOD_HIERARCHICAL_ALLGATHER", CORE_SWITCH, "auto",
+HIERARCHICAL_ALLGATHER = _define("HOROVOD_HIERARCHICAL_ALLGATHER", SWITCH, "auto",
                                  "Run allgather" + _TWO_LEVELS % "allgather", read_by=CORE)
-AUTOTUNE = _define("HOROVOD_AUTOTUNE", CORE_FLAG, False, "Tune the fusion threshold and the response cache "
+AUTOTUNE = _define("HOROVOD_AUTOTUNE", FLAG, False, "Tune the fusion threshold and the response cache "
                    "during the job's first cycles: rank 0 tries a small grid, scores each setting by the bytes of "
                    "collectives completed per second and keeps the best for the rest of the job (docs/performance.md; "
                    "horovod_spark.common.basics.autotune_parameters() says what is in force).", read_by=CORE)
@@ -418,13 +429,13 @@ SPARK_AGENT_KEY = _define("HOROVOD_SPARK_AGENT_KEY", HEX_SECRET, None, "MPI mode
                           "horovod_spark.run for mpirun.")
 
 # -- the test script -------------------------------------------------------------------------------
-SPARK_SKIP_LEGACY = _define("HOROVOD_SPARK_SKIP_LEGACY", Kind("1 to skip", lambda value: value == "1"), False,
+SPARK_SKIP_LEGACY = _define("HOROVOD_SPARK_SKIP_LEGACY", FLAG, False,
                             "Skip the second test run, on the older stack (`.venv-legacy`).", read_by=SCRIPTS,
-                            default_text="unset: both runs")
-SPARK_SKIP_SANITIZERS = _define("HOROVOD_SPARK_SKIP_SANITIZERS", Kind("1 to skip", lambda value: value == "1"),
-                                False, "Skip the sanitizer runs of the native core (`scripts/run_sanitizers.sh`) "
-                                "at the end of the test command.", read_by=SCRIPTS,
-                                default_text="unset: they run")
+                            default_text="off: both runs")
+SPARK_SKIP_SANITIZERS = _define("HOROVOD_SPARK_SKIP_SANITIZERS", FLAG, False, "Skip the sanitizer runs of the "
+                                "native core (`scripts/run_sanitizers.sh`) at the end of the test command.",
+                                read_by=SCRIPTS,
+                                default_text="off: they run")
 SPARK_LEGACY_PYTHON = _define("HOROVOD_SPARK_LEGACY_PYTHON", text("the path of a Python interpreter"), None,
                               "The Python of `.venv-legacy`, which runs the older-stack tests. Set by "
                               "`scripts/venv_legacy.sh`.", read_by=SCRIPTS)

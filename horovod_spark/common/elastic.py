@@ -13,7 +13,7 @@ import time
 
 from horovod_spark.common import basics
 from horovod_spark.common import config as env_config
-from horovod_spark.exceptions import ElasticJobError, HorovodInternalError, HostsUpdatedInterrupt
+from horovod_spark.exceptions import ElasticJobError, HorovodInternalError, HostsUpdatedInterrupt, TransportError
 
 
 def in_elastic_job() -> bool:
@@ -21,9 +21,7 @@ def in_elastic_job() -> bool:
     return bool(env_config.ELASTIC.get())
 
 
-def _retryable_init_errors():
-    from horovod_spark.common import _core
-    return (HorovodInternalError, _core.TransportError, ConnectionError)
+_RETRYABLE_INIT_ERRORS = (HorovodInternalError, TransportError, ConnectionError)
 
 
 def reset_core(shutdown=basics.shutdown, init=basics.init) -> None:
@@ -37,7 +35,7 @@ def reset_core(shutdown=basics.shutdown, init=basics.init) -> None:
         try:
             init()
             return
-        except _retryable_init_errors() as exc:
+        except _RETRYABLE_INIT_ERRORS as exc:
             if time.monotonic() >= deadline:
                 raise ElasticJobError("the elastic job could not re-form within HOROVOD_ELASTIC_TIMEOUT: %s"
                                       % exc) from exc
@@ -76,7 +74,7 @@ class State:
         if not in_elastic_job():
             return
         from horovod_spark.common import elastic_rendezvous
-        mine = basics._state["elastic_generation"]
+        mine = basics.elastic_generation()
         newest = elastic_rendezvous.newest_generation() if self._rank() == 0 else mine
         newest = self._bcast_object(newest)
         if newest > mine:

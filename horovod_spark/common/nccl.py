@@ -1,4 +1,5 @@
-"""The NCCL data plane's libraries and the choice between it and host staging.
+"""The NCCL data plane's libraries, the choice between it and host staging, and the submission of
+collectives on CUDA memory to it (``enqueue_device``).
 
 The core opens libcudart and libnccl at run time (native/gpu/gpu_library.h), once per process, from
 the candidates listed here: a library the process has mapped already (a CUDA build of torch maps
@@ -97,3 +98,12 @@ def supports(dtype_code, op_code, prescale, postscale, reduces):
     """Whether NCCL runs this reduction (no Adasum, int16 or bool reductions; scale factors only for
     floating-point Sum/Average); data movement (``reduces=False``) always."""
     return _core.nccl_supports(int(dtype_code), int(op_code), float(prescale), float(postscale), bool(reduces))
+
+
+def enqueue_device(op_type, name, in_ptr, out_ptr, dtype_code, shape, root, op_code, prescale, postscale,
+                   process_set_id, splits, device, stream) -> int:
+    """Submit a collective on CUDA memory (outputs preallocated) to the NCCL data plane; returns its
+    handle. ``stream`` is the caller's ``cudaStream_t``: NCCL runs after the work queued there, and
+    the stream waits for the collective. Refused unless the libraries loaded (``available()``)."""
+    return _core.enqueue_device(op_type, name, in_ptr, out_ptr, dtype_code, shape, root, op_code, prescale,
+                                postscale, process_set_id, splits, device, stream)

@@ -10,7 +10,7 @@ not.
 import threading
 from typing import TYPE_CHECKING, Iterable, List, Optional, Sequence, Union
 
-from horovod_spark.common import ops
+from horovod_spark.common import _core, ops
 
 if TYPE_CHECKING:  # only for the annotation: mpi4py is optional
     import mpi4py.MPI
@@ -48,8 +48,7 @@ class ProcessSet:
 
     def rank(self) -> Optional[int]:
         """This process's rank within the set, or None if it is not a member."""
-        from horovod_spark.common import basics
-        me = basics.rank()
+        me = _core.rank()  # (ValueError before hvd.init(), as basics.rank())
         return self.ranks.index(me) if me in self.ranks else None
 
     def included(self) -> bool:
@@ -72,8 +71,7 @@ class _GlobalProcessSet(ProcessSet):
 
     @property
     def ranks(self):
-        from horovod_spark.common import basics
-        return list(range(basics.size())) if basics.is_initialized() else []
+        return list(range(_core.size())) if _core.is_created() else []
 
     @ranks.setter
     def ranks(self, value):
@@ -85,7 +83,9 @@ _registered = {}
 _lock = threading.Lock()
 
 
-def _reset():
+def clear_registrations():
+    """Forget every registered set (their ids mean nothing once the core has shut down): each
+    ProcessSet object must be registered again after the next hvd.init()."""
     with _lock:
         for ps in _registered.values():
             ps.process_set_id = None
@@ -122,6 +122,14 @@ def remove_process_set(process_set: ProcessSet) -> bool:
         _registered.pop(process_set.process_set_id, None)
     process_set.process_set_id = None
     return True
+
+
+def registered(process_set_id: int) -> Optional[ProcessSet]:
+    """The ProcessSet registered under ``process_set_id`` on this rank (the global set for 0), or None."""
+    if process_set_id == 0:
+        return global_process_set
+    with _lock:
+        return _registered.get(process_set_id)
 
 
 def process_set_id_of(process_set) -> int:

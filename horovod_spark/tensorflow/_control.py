@@ -4,7 +4,7 @@ import numpy as np
 import tensorflow as tf
 
 from horovod_spark.common import basics as _basics
-from horovod_spark.common.process_sets import global_process_set
+from horovod_spark.common.process_sets import global_process_set, registered
 from horovod_spark.tensorflow import _arrays, _bridge, _names
 from horovod_spark.tensorflow._op_args import ps_id
 
@@ -66,11 +66,7 @@ def process_set_included_op(process_set_id=0, name=None):
 
 
 def _process_set(process_set_id):
-    # common.process_sets has no public lookup by id; its registry is the source of truth.
-    from horovod_spark.common import process_sets as _ps
-    if int(process_set_id) == 0:
-        return global_process_set
-    ps = _ps._registered.get(int(process_set_id))
+    ps = registered(int(process_set_id))
     if ps is None:
         raise ValueError("no registered process set has id %r" % (process_set_id,))
     return ps

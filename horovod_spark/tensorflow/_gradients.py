@@ -14,9 +14,9 @@ import tensorflow as tf
 
 from horovod_spark.common.process_sets import ProcessSet, global_process_set
 from horovod_spark.tensorflow import _primitives
+from horovod_spark.tensorflow._indexed_slices import allreduce_slices
 from horovod_spark.tensorflow._op_args import Average, Sum, reduce_op
 from horovod_spark.tensorflow.compression import Compression
-from horovod_spark.tensorflow.mpi_ops import _sparse_allreduce
 
 
 @dataclasses.dataclass
@@ -145,7 +145,7 @@ def reduce_gradients(grads, settings: ReduceSettings, prefix, variables=None, lo
             continue
         if isinstance(g, tf.IndexedSlices):
             if not settings.sparse_as_dense:
-                out[i] = _sparse_allreduce(g, names[i], op, prescale, postscale, ps)
+                out[i] = allreduce_slices(g, names[i], op, prescale, postscale, ps)
                 continue
             g = tf.convert_to_tensor(g)
         out[i] = g

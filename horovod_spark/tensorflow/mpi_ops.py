@@ -9,7 +9,8 @@ from horovod_spark.common.ops import check_reducescatter_op
 from horovod_spark.common.process_sets import global_process_set
 from horovod_spark.tensorflow import _names, _primitives
 from horovod_spark.tensorflow._buffers import as_tensor
-from horovod_spark.tensorflow._op_args import Average, Sum, reduce_op, resolve_op
+from horovod_spark.tensorflow._indexed_slices import allreduce_slices
+from horovod_spark.tensorflow._op_args import Average, Sum, reduce_op, resolve_op  # noqa: F401 (Sum: as Horovod's)
 from horovod_spark.tensorflow.compression import Compression
 
 
@@ -18,27 +19,6 @@ def _dense_allreduce(tensor, core_name, compression, op, prescale_factor, postsc
     reduced = _primitives.allreduce([compressed], [core_name], op, prescale_factor, postscale_factor,
                                     process_set)[0]
     return compression.decompress(reduced, ctx)
-
-
-def _sparse_allreduce(slices, core_name, op, prescale_factor, postscale_factor, process_set):
-    """Reduce tf.IndexedSlices by gathering every rank's values and indices, as Horovod does:
-    the result lists duplicate indices once per rank, which sparse updates add up."""
-    if op not in (Average, Sum):
-        raise NotImplementedError("allreduce of tf.IndexedSlices supports op=Average and op=Sum only, not %s; "
-                                  "densify with tf.convert_to_tensor (or sparse_as_dense=True)" % op.name)
-    values = as_tensor(slices.values, "allreduce(IndexedSlices.values)")
-    indices = as_tensor(slices.indices, "allreduce(IndexedSlices.indices)")
-    values, indices = _primitives.allgather([values, indices], [core_name + ".values", core_name + ".indices"],
-                                            process_set)
-    scale = prescale_factor * postscale_factor
-    if op == Average:
-        scale /= process_set.size()
-    if scale != 1:
-        if values.dtype.is_floating:
-            values = values * tf.cast(scale, values.dtype)
-        else:
-            values = tf.cast(tf.cast(values, tf.float64) * scale, values.dtype)
-    return tf.IndexedSlices(values, indices, dense_shape=slices.dense_shape)
 
 
 def allreduce(tensor, average=None, device_dense="", device_sparse="", compression=Compression.none, op=None,
@@ -52,7 +32,7 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="", compressi
     op = resolve_op(op, average)
     core_name = _names.op_name("allreduce", name, ignore_name_scope)
     if isinstance(tensor, tf.IndexedSlices):
-        return _sparse_allreduce(tensor, core_name, op, prescale_factor, postscale_factor, process_set)
+        return allreduce_slices(tensor, core_name, op, prescale_factor, postscale_factor, process_set)
     tensor = as_tensor(tensor, "allreduce")
     return _dense_allreduce(tensor, core_name, compression, op, prescale_factor, postscale_factor, process_set)
 
@@ -72,7 +52,7 @@ def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="", 
     dense = [i for i, t in enumerate(tensors) if not isinstance(t, tf.IndexedSlices)]
     for i in range(count):
         if i not in dense:
-            results[i] = _sparse_allreduce(tensors[i], names[i], op, prescale_factor, postscale_factor, process_set)
+            results[i] = allreduce_slices(tensors[i], names[i], op, prescale_factor, postscale_factor, process_set)
     if dense:
         compressed, ctxs = zip(*(compression.compress(as_tensor(tensors[i], "grouped_allreduce")) for i in dense))
         reduced = _primitives.allreduce(list(compressed), [names[i] for i in dense], op, prescale_factor,

@@ -23,7 +23,7 @@ import threading
 import numpy as np
 import torch
 
-from horovod_spark.common import _core, config, nccl
+from horovod_spark.common import basics, config, nccl
 from horovod_spark.common import ops as _ops
 from horovod_spark.common.process_sets import global_process_set, root_index
 from horovod_spark.torch import _buffers, _handles
@@ -103,9 +103,9 @@ def _stream(device):
 
 def _enqueue(op_type, name, src, out, shape, ps_id, root=0, op=_ops.Sum, prescale=1.0, postscale=1.0, splits=()):
     dtype_code = _ops.DTYPES[_buffers.check_tensor(src)]
-    return _core.enqueue_device(op_type, name, src.data_ptr(), out.data_ptr(), dtype_code, [int(d) for d in shape],
-                                int(root), int(op), float(prescale), float(postscale), ps_id, [int(s) for s in splits],
-                                src.device.index, _stream(src.device))
+    return nccl.enqueue_device(op_type, name, src.data_ptr(), out.data_ptr(), dtype_code, [int(d) for d in shape],
+                               int(root), int(op), float(prescale), float(postscale), ps_id, [int(s) for s in splits],
+                               src.device.index, _stream(src.device))
 
 
 def _contiguous(tensor):
@@ -157,7 +157,7 @@ def allgather(tensor, core_name, process_set):
 
 def _set_size_and_index(process_set):
     if process_set is global_process_set:
-        return _core.size(), _core.rank()
+        return basics.size(), basics.rank()
     return process_set.size(), process_set.rank()
 
 

@@ -54,7 +54,7 @@ def _plain_codes(tensor, op):
     """(dtype code, op code) when ``tensor`` is a contiguous CPU tensor of a supported dtype and
     ``op`` a plain reduction: all the core's prechecked entry points need. None otherwise: the
     checked path then names the problem."""
-    if not (isinstance(tensor, _Tensor) and tensor.is_cpu) or _staging._cpu_through_staging_thread:
+    if not (isinstance(tensor, _Tensor) and tensor.is_cpu) or _staging.cpu_on_staging_thread:
         return None
     dtype_code = _CPU_DTYPE_CODES.get(tensor.dtype)
     try:
@@ -86,7 +86,7 @@ def allreduce_named_async_(tensor, core_name, name, op, prescale_factor, postsca
     """``allreduce_async_(tensor, name=name, ...)`` for a caller that built the core's name,
     ``"allreduce." + name``, once: DistributedOptimizer, once per gradient per step."""
     # _plain_codes, inlined.
-    if isinstance(tensor, _Tensor) and tensor.is_cpu and not _staging._cpu_through_staging_thread:
+    if isinstance(tensor, _Tensor) and tensor.is_cpu and not _staging.cpu_on_staging_thread:
         dtype_code = _CPU_DTYPE_CODES.get(tensor.dtype)
         try:
             code = _PLAIN_OP_CODES.get(op)
@@ -109,7 +109,7 @@ def cpu_dtype_code(tensor):
 def plain_op_code(op):
     """The core's code of a plain reduction ``op`` while CPU tensors go straight to the core (not
     through the staging thread, as tests can ask), or None."""
-    if _staging._cpu_through_staging_thread:
+    if _staging.cpu_on_staging_thread:
         return None
     try:
         return _PLAIN_OP_CODES.get(op)

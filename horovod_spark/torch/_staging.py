@@ -186,7 +186,9 @@ def _side_stream(device):
 
 _CPU_STAGE = Stage()
 _DEFERRED_CPU_STAGE = Stage(deferred=True)
-_cpu_through_staging_thread = False
+# True inside cpu_through_staging_thread(): CPU collectives then skip their direct paths. A module
+# attribute rather than a function, because the latency path of every CPU collective reads it.
+cpu_on_staging_thread = False
 
 
 @contextlib.contextmanager
@@ -194,23 +196,18 @@ def cpu_through_staging_thread():
     """Inside, collectives on CPU tensors are enqueued by the staging thread as CUDA ones are, so
     that machinery (ordering, deferred handles, errors at ``synchronize``) runs without a GPU.
     For tests and diagnosis; it costs a thread hop per collective."""
-    global _cpu_through_staging_thread
-    previous, _cpu_through_staging_thread = _cpu_through_staging_thread, True
+    global cpu_on_staging_thread
+    previous, cpu_on_staging_thread = cpu_on_staging_thread, True
     try:
         yield
     finally:
-        _cpu_through_staging_thread = previous
-
-
-def cpu_staged():
-    """True inside ``cpu_through_staging_thread`` (CPU collectives then skip their direct paths)."""
-    return _cpu_through_staging_thread
+        cpu_on_staging_thread = previous
 
 
 def begin(device):
     """The ``Stage`` for a collective on tensors of ``device`` (already checked by _buffers)."""
     if device.type == "cpu":
-        return _DEFERRED_CPU_STAGE if _cpu_through_staging_thread else _CPU_STAGE
+        return _DEFERRED_CPU_STAGE if cpu_on_staging_thread else _CPU_STAGE
     if device.index is None:
         device = torch.device("cuda", torch.cuda.current_device())
     return CudaStage(device)

@@ -406,3 +406,13 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     for p, state in optimizer.state.items():
         wrapped.state[p] = state
     return wrapped
+
+
+def step_without_allreduce(optimizer) -> None:
+    """One step of ``optimizer`` on this rank's gradients as they are: a DistributedOptimizer
+    takes its wrapped optimizer's step, starting no allreduce (the other ranks would never join
+    one); any other optimizer its own step."""
+    if isinstance(optimizer, _DistributedOptimizer):
+        super(_DistributedOptimizer, optimizer).step()
+    else:
+        optimizer.step()

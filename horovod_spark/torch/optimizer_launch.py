@@ -15,14 +15,14 @@ differently (one rank whose model fell back to the CPU, say) still match each ot
 """
 import torch
 
-from horovod_spark.common import _core, basics
+from horovod_spark.common import basics
 
 
 def local_cpus() -> int:
     """The CPUs this host's ranks may run on between them (the union of their affinity masks, which
     the core learns at set-up): all of them when the ranks share the host's CPUs, their own when
     each rank is bound to its cores."""
-    return _core.cpu_placement()["local_cpus"]
+    return basics.cpu_placement()["local_cpus"]
 
 
 def launch_at_step(params) -> bool:

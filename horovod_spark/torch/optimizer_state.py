@@ -75,7 +75,7 @@ def _initialize_state(optimizer, sparse_ids):
     Unlike Horovod, the parameters and gradients are restored afterwards, so e.g. weight decay
     in that step does not move the model.
     """
-    from horovod_spark.torch.optimizer import _DistributedOptimizer
+    from horovod_spark.torch.optimizer import step_without_allreduce
 
     params = [p for group in optimizer.param_groups for p in group["params"]
               if p.requires_grad and p not in optimizer.state]
@@ -85,11 +85,7 @@ def _initialize_state(optimizer, sparse_ids):
         sparse = isinstance(optimizer, torch.optim.SparseAdam) or (
             isinstance(optimizer, torch.optim.SGD) and id(p) in sparse_ids)
         p.grad = zeros.to_sparse() if sparse else zeros
-    # Stepping a DistributedOptimizer would start allreduces the other ranks never join.
-    if isinstance(optimizer, _DistributedOptimizer):
-        super(_DistributedOptimizer, optimizer).step()
-    else:
-        optimizer.step()
+    step_without_allreduce(optimizer)
     with torch.no_grad():
         for p, data, grad in saved:
             p.copy_(data)

@@ -33,7 +33,7 @@ struct Config {
   int autotune_warmup_samples = 3;              // HOROVOD_AUTOTUNE_WARMUP_SAMPLES: discarded first
   int autotune_steps_per_sample = 10;           // HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE: cycles per sample
 
-  static Config from_env();  // throws std::invalid_argument naming the bad variable
+  static Config from_env();  // throws ConfigError (common/errors.h) naming the bad variable
   static const char* switch_name(Switch s);  // "auto", "off", "on"
 };
 

@@ -3,7 +3,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <stdexcept>
+
+#include "common/errors.h"
 
 namespace hs {
 
@@ -52,8 +53,8 @@ Autotuner::Autotuner(const Config& cfg)
   if (cfg.autotune_log.empty()) return;
   log_ = std::fopen(cfg.autotune_log.c_str(), "w");
   if (!log_)
-    throw std::invalid_argument("HOROVOD_AUTOTUNE_LOG='" + cfg.autotune_log + "' cannot be written (" +
-                                std::strerror(errno) + "); give a writable file path or unset it");
+    throw ConfigError("HOROVOD_AUTOTUNE_LOG='" + cfg.autotune_log + "' cannot be written (" + std::strerror(errno) +
+                      "); give a writable file path or unset it");
   std::fputs("trial,fusion_threshold_bytes,response_cache,score_bytes_per_second,cycles,seconds\n", log_);
   std::fflush(log_);
 }

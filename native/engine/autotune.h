@@ -59,7 +59,7 @@ class Autotuner {
   static constexpr int kScoredSamples = 3;
   static constexpr int64_t kMinSampleUs = 100000;
 
-  // Opens HOROVOD_AUTOTUNE_LOG (when set) and writes its header; std::invalid_argument naming the
+  // Opens HOROVOD_AUTOTUNE_LOG (when set) and writes its header; ConfigError naming the
   // variable and the path when it cannot.
   explicit Autotuner(const Config& cfg);
   ~Autotuner();

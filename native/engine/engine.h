@@ -200,9 +200,9 @@ class Engine {
   // leaving waiter rings it only when it leaves work behind (engine_thread_needed), and so does
   // enqueue(): a loop of blocking calls would otherwise wake the engine thread (a futex wake and
   // a context switch on a CPU the ranks need) after every single one. Otherwise it looks again
-  // within kParkedTimeoutUs (50 ms), in case a ring was missed. That look takes a CPU from a rank
-  // that spins in a small collective, and its peer waits too: every 2 ms, it was the 99th
-  // percentile of a 2-rank 4 KiB allreduce loop (p99 5-8x the median, against 2.5x now).
+  // within kParkedTimeoutUs (50 ms), in case a ring was missed. The look is rare because it takes
+  // a CPU from a rank that spins in a small collective, and that rank's peer waits too: frequent
+  // looks become the slow tail of a small-allreduce loop.
   Doorbell handoff_{};
 
   std::mutex queue_mu_;  // guards queue_, inflight_, failed_, gone_, process_sets_, hierarchical_

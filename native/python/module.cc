@@ -164,6 +164,26 @@ int64_t enqueue_device(int type, const std::string& name, uintptr_t in_ptr, uint
   return engine()->enqueue(std::move(req));
 }
 
+// The core's ConfigError and TransportError reach Python as the classes of horovod_spark.exceptions,
+// which users catch and which must not import this module. The classes live as long as the process
+// (a translator may run at interpreter exit), so their references are kept, never released.
+void register_python_exceptions(py::module_& m) {
+  py::module_ exceptions = py::module_::import("horovod_spark.exceptions");
+  static PyObject* config_error = py::object(exceptions.attr("ConfigError")).release().ptr();
+  static PyObject* transport_error = py::object(exceptions.attr("TransportError")).release().ptr();
+  m.attr("ConfigError") = py::handle(config_error);
+  m.attr("TransportError") = py::handle(transport_error);
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const ConfigError& ex) {
+      PyErr_SetString(config_error, ex.what());
+    } catch (const TransportError& ex) {
+      PyErr_SetString(transport_error, ex.what());
+    }
+  });
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_core, m) {
@@ -331,5 +351,5 @@ PYBIND11_MODULE(_core, m) {
     d["autotune_steps_per_sample"] = c.autotune_steps_per_sample;
     return d;
   });
-  py::register_exception<TransportError>(m, "TransportError", PyExc_RuntimeError);
+  register_python_exceptions(m);
 }

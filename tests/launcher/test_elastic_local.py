@@ -72,7 +72,7 @@ def _train_dying_in_rendezvous():
         exchange = rendezvous.exchange_records
 
         def die_in_the_second_rendezvous(ident, mine, generation, *args, **kwargs):
-            if basics._state["elastic_generation"] > 0:
+            if basics.elastic_generation() > 0:
                 os.kill(os.getpid(), signal.SIGKILL)  # as its peers wait for it to re-form the job
             return exchange(ident, mine, generation, *args, **kwargs)
 

@@ -2,12 +2,18 @@
 after it, with correct sums throughout; rank 0's log has one row per trial and the final choice,
 and every rank reports that same choice."""
 import csv
+import os
+import subprocess
+import sys
 
 import pytest
 
+import horovod_spark
 from horovod_spark.common import config
 from horovod_spark.exceptions import ConfigError, RankFailedError
 from horovod_spark.launcher import run_local
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(horovod_spark.__file__)))  # the checkout
 
 
 def _train_until_tuned(limit_s):
@@ -124,3 +130,31 @@ def test_autotune_variables_are_checked_before_ranks_start():
         config.check_assignments({"HOROVOD_AUTOTUNE_WARMUP_SAMPLES": "-1"}, "env")
     assert config.AUTOTUNE.get({"HOROVOD_AUTOTUNE": "1"}) is True
     assert config.AUTOTUNE_STEPS_PER_SAMPLE.get({}) == 10 and config.AUTOTUNE_WARMUP_SAMPLES.get({}) == 3
+
+
+_INIT_AND_REPORT = """
+from horovod_spark.common import basics
+from horovod_spark.exceptions import ConfigError
+try:
+    basics.init()
+except ConfigError as exc:
+    print("ConfigError:", exc)
+else:
+    print("enabled:", basics.autotune_parameters()["enabled"])
+"""
+
+
+@pytest.mark.parametrize("value, answer", [
+    ("off", "enabled: False"), ("OFF", "enabled: False"), ("no", "enabled: False"),
+    ("ON", "enabled: True"), ("yes", "enabled: True"),
+    ("maybe", "ConfigError: HOROVOD_AUTOTUNE='maybe' is neither on nor off; set it to 1, true, yes or on to turn it "
+              "on; 0, false, no or off to turn it off, or unset it (default: off)"),
+])
+def test_the_core_reads_autotune_with_the_one_flag_grammar(value, answer):
+    # The core itself (not run_local's check of env=): hvd.init() of one rank in a fresh process.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HOROVOD_")}
+    env.update(HOROVOD_AUTOTUNE=value, PYTHONPATH=ROOT)
+    proc = subprocess.run([sys.executable, "-c", _INIT_AND_REPORT], env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == answer

@@ -52,6 +52,10 @@ def test_an_explicit_environment_and_default():
     (config.SECRET_KEY, "xyz", "HOROVOD_SECRET_KEY='xyz' is not hexadecimal digits"),
     (config.SPARK_USE_MPI, "maybe", "HOROVOD_SPARK_USE_MPI='maybe' is neither on nor off; set it to 1, true, yes "
      "or on to turn it on; 0, false, no or off to turn it off, or unset it (default: off)"),
+    (config.AUTOTUNE, "maybe", "HOROVOD_AUTOTUNE='maybe' is neither on nor off; set it to 1, true, yes or on to "
+     "turn it on; 0, false, no or off to turn it off, or unset it (default: off)"),
+    (config.HIERARCHICAL_ALLREDUCE, "sometimes", "HOROVOD_HIERARCHICAL_ALLREDUCE='sometimes' is neither auto, on "
+     "nor off; set it to auto (or unset) to let the core choose; 1, true"),
     (config.CPU_OPERATIONS, "nccl", "HOROVOD_CPU_OPERATIONS='nccl' is not one of mpi, gloo; set it to one of "
      "mpi, gloo (tcp means gloo, shm means gloo)"),
     (config.SPARK_HOST_KEY, "node", "HOROVOD_SPARK_HOST_KEY='node' is not one of hostname, executor"),
@@ -70,6 +74,7 @@ def test_bad_values_name_the_variable_the_value_and_what_it_accepts(monkeypatch,
     (config.SPARK_HOST_KEY, "Executor", "executor"), (config.RENDEZVOUS_PORT, "8080", 8080),
     (config.SECRET_KEY, "00ff", b"\x00\xff"), (config.GLOO_IFACE, "eth0,eth1", ("eth0", "eth1")),
     (config.SPARK_SLOT_WAIT, "0", 0.0), (config.SHM_DISABLE, "no", False), (config.SHM_DISABLE, "yes", True),
+    (config.AUTOTUNE, "off", False), (config.AUTOTUNE, "ON", True),
 ])
 def test_good_values(variable, text, value):
     assert variable.parse(text) == value
@@ -165,7 +170,7 @@ def test_core_defaults_are_the_documented_ones(monkeypatch):
 @pytest.mark.parametrize("text", ["abc", "-1", "0", "0.5", "1", "5", "1e3", "70000", "2.5x"])
 def test_python_and_the_core_accept_the_same_numbers(monkeypatch, text):
     for variable in _core_variables():
-        if variable.kind in (config.CORE_FLAG, config.CORE_SWITCH) or variable.name == "HOROVOD_TIMELINE":
+        if variable.kind in (config.FLAG, config.SWITCH) or variable.name == "HOROVOD_TIMELINE":
             continue
         monkeypatch.setenv(variable.name, text)
         try:
@@ -182,12 +187,52 @@ def test_python_and_the_core_accept_the_same_numbers(monkeypatch, text):
         monkeypatch.delenv(variable.name)
 
 
-@pytest.mark.parametrize("text", ["1", "0", "false", "False", "FALSE", "no", "yes", "off", "NO", "auto", "Auto"])
-def test_python_reads_core_flags_as_the_core_does(monkeypatch, text):
+FLAG_WORDS = ["1", "0", "true", "false", "False", "FALSE", "yes", "no", "NO", "on", "ON", "off", "Off", " yes "]
+
+
+@pytest.mark.parametrize("text", FLAG_WORDS + ["auto", "Auto", "AUTO"])
+def test_python_and_the_core_read_flags_alike(monkeypatch, text):
     for variable in _core_variables():
-        if variable.kind in (config.CORE_FLAG, config.CORE_SWITCH):
+        if variable.kind is config.SWITCH or (variable.kind is config.FLAG and text.lower() != "auto"):
             monkeypatch.setenv(variable.name, text)
             assert _core.config()[CORE_KEYS[variable.name]] == variable.get(), (variable.name, text)
+            monkeypatch.delenv(variable.name)
+
+
+@pytest.mark.parametrize("text", ["maybe", "2", "enabled", "auto", "o n", "-1"])
+def test_python_and_the_core_refuse_the_same_flag_words_alike(monkeypatch, text):
+    for variable in _core_variables():
+        if variable.kind not in (config.FLAG, config.SWITCH) or (variable.kind is config.SWITCH and text == "auto"):
+            continue
+        monkeypatch.setenv(variable.name, text)
+        with pytest.raises(ConfigError) as python_error:
+            variable.get()
+        with pytest.raises(ConfigError) as core_error:
+            _core.config()
+        assert str(core_error.value) == str(python_error.value)
+        assert str(core_error.value).startswith("%s=%r is neither " % (variable.name, text))
+        monkeypatch.delenv(variable.name)
+
+
+@pytest.mark.parametrize("text, value", [("on", True), ("ON", True), ("Yes", True), ("TRUE", True), ("1", True),
+                                         ("off", False), ("OFF", False), ("No", False), ("false", False),
+                                         ("0", False), (" off ", False)])
+def test_every_flag_has_one_grammar(text, value):
+    flags = [v for v in config.VARIABLES.values() if v.kind is config.FLAG]
+    assert {v.name for v in flags} >= {"HOROVOD_AUTOTUNE", "HOROVOD_SHM_DISABLE", "HOROVOD_SPARK_TLS",
+                                       "HOROVOD_SPARK_SKIP_LEGACY"}
+    for variable in flags:
+        assert variable.parse(text) is value, variable.name
+    switch = config.HIERARCHICAL_ALLREDUCE
+    assert switch.parse(text) == ("on" if value else "off")
+    assert switch.parse("AUTO") == "auto"
+
+
+def test_every_flag_kind_is_the_one_flag_grammar():
+    # A variable that is on or off is a FLAG (or a SWITCH, which adds auto): no flag reads its own words.
+    for variable in config.VARIABLES.values():
+        if isinstance(variable.default, bool):
+            assert variable.kind is config.FLAG, variable.name
 
 
 # -- docs/configuration.md and the code ----------------------------------------------------------

@@ -154,7 +154,7 @@ class AwaitReplacement:
         from horovod_spark.common import basics, elastic_rendezvous
         if self.gave_up or not os.path.exists(self.marker) or basics.rank() != 0 or basics.size() >= self.size:
             return
-        mine = basics._state["elastic_generation"]
+        mine = basics.elastic_generation()
         deadline = time.monotonic() + self.timeout
         while elastic_rendezvous.newest_generation() <= mine:
             if time.monotonic() >= deadline:
