@@ -42,12 +42,8 @@ def test_reduce_op_checks_and_words_the_error_as_each_framework_does():
 def test_torch_uses_the_shared_resolution():
     torch = pytest.importorskip("torch")
     import horovod_spark.torch as hvd
-    from horovod_spark.torch import _reduce_ops
     assert hvd.handle_average_backwards_compatibility is op_resolution.handle_average_backwards_compatibility
     assert hvd.handle_average_backwards_compatibility(hvd.Sum, None) is hvd.Sum
-    assert _reduce_ops.core_op(hvd.Max) == 4 and type(_reduce_ops.core_op(hvd.Max)) is int
-    with pytest.raises(ValueError, match=r"^unknown reduction op 9; use one of Average, Sum, Adasum"):
-        _reduce_ops.core_op(9)
     x = torch.tensor([1.5, -2.0], dtype=torch.float64)
     half, ctx = hvd.Compression.fp16.compress(x)
     assert half.dtype == torch.float16 and ctx == torch.float64
@@ -76,7 +72,7 @@ def test_tensorflow_and_keras_use_the_shared_resolution():
 
 def test_the_deprecation_warning_names_the_users_line(tmp_path):
     """Through each framework's allreduce (one rank), the warning points at the line that passed
-    average=, as before the resolution was shared."""
+    average=, as before the resolution was shared, and a bad op is refused in each framework's words."""
     pytest.importorskip("torch")
     pytest.importorskip("tensorflow")
     script = tmp_path / "user_script.py"
@@ -93,6 +89,11 @@ def test_the_deprecation_warning_names_the_users_line(tmp_path):
             hvd_torch.allreduce_(torch.ones(2), average=True)
             hvd_tf.allreduce(tf.ones(2), average=False)
             hvd_tf.handle_average_backwards_compatibility(None, True)
+        for reduce in (hvd_torch.allreduce, hvd_tf.allreduce):
+            try:
+                reduce(torch.ones(2) if reduce is hvd_torch.allreduce else tf.ones(2), op=9)
+            except ValueError as e:
+                print("REFUSED", e)
         hvd_torch.shutdown()
         for w in caught:
             if issubclass(w.category, DeprecationWarning):
@@ -105,3 +106,6 @@ def test_the_deprecation_warning_names_the_users_line(tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     warned = [line.split()[1:] for line in out.stdout.splitlines() if line.startswith("WARNED")]
     assert warned == [[str(script), str(n)] for n in (9, 10, 11, 12)], out.stdout
+    refused = [line for line in out.stdout.splitlines() if line.startswith("REFUSED")]
+    assert refused == ["REFUSED unknown reduction op 9; use one of Average, Sum, Adasum, Min, Max, Product",
+                       "REFUSED unknown reduction op 9; use one of hvd.Average, Sum, Adasum, Min, Max, Product"]
