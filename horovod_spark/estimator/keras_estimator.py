@@ -1,14 +1,11 @@
 """KerasEstimator: fit a Keras 3 model (TensorFlow backend) on a Spark DataFrame with horovod_spark ranks."""
-from pyspark import keyword_only
-
 from . import keras_io, keras_payload
+from .common.declared_params import declare_param
 from .common.estimator import HorovodEstimator
 from .common.fit import FrameworkPlan
-from .common.params import _param, refuse_unknown_params, with_accessors
 from .keras_model import KerasModel
 
 
-@with_accessors
 class KerasEstimator(HorovodEstimator):
     """A Spark ML Estimator training a Keras 3 model data-parallel on ``num_proc`` Spark tasks.
 
@@ -28,48 +25,12 @@ class KerasEstimator(HorovodEstimator):
     """
     framework = "keras"
 
-    custom_objects = _param("custom_objects", "custom layers, models and functions the Keras model needs to load: "
-                            "{name: class or function}, as for keras.models.load_model")
-    checkpoint_callback = _param("checkpoint_callback", "a keras.callbacks.ModelCheckpoint run on rank 0; the "
-                                 "model it saved last (the best one, with save_best_only) is the fitted model")
-    backend_env = _param("backend_env", "environment variables added to every rank's: {name: value}")
-
-    @keyword_only
-    def __init__(self, *, num_proc=None, model=None, optimizer=None, loss=None, metrics=None, feature_cols=None,
-                 label_cols=None, input_shapes=None, label_shapes=None, sample_weight_col=None, validation=None,
-                 batch_size=None, val_batch_size=None, epochs=None, train_steps_per_epoch=None,
-                 validation_steps_per_epoch=None, shuffle=None, random_seed=None, gradient_compression=None,
-                 backward_passes_per_step=None, store=None, run_id=None, callbacks=None, transformation_fn=None,
-                 verbose=None, use_gpu=None, data_module=None, backend=None,
-                 inmemory_cache_all=None, nonfinite_loss=None, validate_finite=None, loss_weights=None,
-                 shuffle_buffer_size=None, partitions_per_process=None, train_reader_num_workers=None,
-                 val_reader_num_workers=None, reader_pool_type=None, mp_start_method=None, continuous_cols=None,
-                 categorical_cols=None, elastic=None, min_num_proc=None, max_num_proc=None,
-                 compress_sparse_cols=None, transformation_edit_fields=None, transformation_removed_fields=None,
-                 backend_env=None,
-                 custom_objects=None, checkpoint_callback=None, **unknown):
-        super().__init__()
-        refuse_unknown_params(type(self).__name__, unknown)
-        self._setDefault(custom_objects={}, checkpoint_callback=None, backend_env={})
-        self.setParams(**self._input_kwargs)
-
-    @keyword_only
-    def setParams(self, *, num_proc=None, model=None, optimizer=None, loss=None, metrics=None, feature_cols=None,
-                  label_cols=None, input_shapes=None, label_shapes=None, sample_weight_col=None, validation=None,
-                  batch_size=None, val_batch_size=None, epochs=None, train_steps_per_epoch=None,
-                  validation_steps_per_epoch=None, shuffle=None, random_seed=None, gradient_compression=None,
-                  backward_passes_per_step=None, store=None, run_id=None, callbacks=None, transformation_fn=None,
-                  verbose=None, use_gpu=None, data_module=None, backend=None,
-                  inmemory_cache_all=None, nonfinite_loss=None, validate_finite=None, loss_weights=None,
-                  shuffle_buffer_size=None, partitions_per_process=None, train_reader_num_workers=None,
-                  val_reader_num_workers=None, reader_pool_type=None, mp_start_method=None, continuous_cols=None,
-                  categorical_cols=None, elastic=None, min_num_proc=None, max_num_proc=None,
-                  compress_sparse_cols=None, transformation_edit_fields=None, transformation_removed_fields=None,
-                  backend_env=None,
-                  custom_objects=None, checkpoint_callback=None, **unknown):
-        """Set the given params (keyword arguments only); None leaves a param as it is."""
-        refuse_unknown_params(type(self).__name__, unknown)
-        return self._set(**{k: v for k, v in self._input_kwargs.items() if v is not None})
+    custom_objects = declare_param("custom_objects", "custom layers, models and functions the Keras model needs to "
+                                   "load: {name: class or function}, as for keras.models.load_model", default={})
+    checkpoint_callback = declare_param("checkpoint_callback", "a keras.callbacks.ModelCheckpoint run on rank 0; the "
+                                        "model it saved last (the best one, with save_best_only) is the fitted model")
+    backend_env = declare_param("backend_env", "environment variables added to every rank's: {name: value}",
+                                default={})
 
     def get_model_class(self):
         """The Model class ``fit`` returns (Horovod's estimator method)."""

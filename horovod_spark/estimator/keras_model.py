@@ -1,12 +1,9 @@
 """KerasModel: the Spark ML Model a KerasEstimator returns (or built directly around a trained Keras model)."""
-from pyspark import keyword_only
-
 from . import keras_inference, keras_io
-from .common.model import HorovodModel, model_params
-from .common.params import _param, with_accessors
+from .common.declared_params import declare_param
+from .common.model import HorovodModel
 
 
-@with_accessors
 class KerasModel(HorovodModel):
     """``transform(df)`` appends one prediction column per label (``output_cols``, default
     ``<label>__output``): a double for one value per row, else an array of floats. The model runs
@@ -22,22 +19,8 @@ class KerasModel(HorovodModel):
     _loader = staticmethod(keras_inference.load_model)
     _predictor = staticmethod(keras_inference.predict)
 
-    custom_objects = _param("custom_objects", "custom layers, models and functions the Keras model needs to load: "
-                            "{name: class or function} (saved with the model, not as JSON)")
-
-    @keyword_only
-    def __init__(self, *, model=None, feature_cols=None, label_cols=None, output_cols=None, input_shapes=None,
-                 history=None, output_shapes=None, run_id=None, custom_objects=None,
-                 feature_columns=None, label_columns=None):
-        super().__init__()
-        self._setDefault(custom_objects={})
-        self._set(**model_params(type(self).__name__, self._input_kwargs))
-
-    @keyword_only
-    def setParams(self, *, model=None, feature_cols=None, label_cols=None, output_cols=None, input_shapes=None,
-                  history=None, output_shapes=None, run_id=None, custom_objects=None,
-                  feature_columns=None, label_columns=None):
-        return self._set(**model_params(type(self).__name__, self._input_kwargs))
+    custom_objects = declare_param("custom_objects", "custom layers, models and functions the Keras model needs to "
+                                   "load: {name: class or function} (saved with the model, not as JSON)", default={})
 
     def model_bytes(self) -> bytes:
         model = self.getOrDefault("model")

@@ -19,9 +19,8 @@ from horovod_spark.common import config
 from .common import rank_device
 from .common.checkpoint import CheckpointStore, resumes
 from .common.history import History
-from .common.nonfinite import LossGuard
-from .common.progress_rank import rank_reporter
-from .common.rank_data import report_cache, set_mp_start_method, train_reader, val_reader
+from .common.rank_data import report_cache, set_mp_start_method
+from .common.rank_trainer import RankTrainer
 from .common.shapes import per_row_shape
 
 CHECKPOINT_FORMAT = 1
@@ -80,7 +79,7 @@ def load_checkpoint(data: bytes) -> dict:
     return state
 
 
-class _KerasTrainer:
+class _KerasTrainer(RankTrainer):
     def __init__(self, spec, hvd, cpu_fallback=None):
         import keras
 
@@ -93,7 +92,7 @@ class _KerasTrainer:
         self.custom_objects = parts["custom_objects"]
         self.model = keras_io.model_from_bytes(parts["model"], self.custom_objects)
         args = parts["compile"]
-        compression = hvd.Compression.fp16 if parts["compression"] == "fp16" else hvd.Compression.none
+        compression = self.compression(parts["compression"])
         self.optimizer = hvd.DistributedOptimizer(args.build_optimizer(), compression=compression,
                                                   backward_passes_per_step=spec.backward_passes_per_step,
                                                   average_aggregated_gradients=True)
@@ -107,19 +106,6 @@ class _KerasTrainer:
         self.transformation_fn = parts["transformation_fn"]
         self.checkpoints = CheckpointStore(spec.store, spec.run_id, keep=spec.keep_checkpoints)
         self.place()
-
-    def place(self):
-        """(Re)build what depends on this rank's place in the job: its shard of the data, whether it
-        reports progress. An elastic fit calls it again after every reset."""
-        spec = self.spec
-        self.rank, self.size = self.hvd.rank(), self.hvd.size()
-        self.train_reader = train_reader(spec, self.rank, self.size, self.transformation_fn)
-        self.val_reader = val_reader(spec, self.rank, self.size, self.transformation_fn)
-        self.val_steps = 0 if self.val_reader is None else self.val_reader.steps_per_epoch
-        if getattr(self, "reporter", None) is not None:
-            self.reporter.close()
-        self.reporter = rank_reporter(spec, self.rank)
-        self.loss_guard = LossGuard(spec.nonfinite_loss, self.rank)
 
     def _restore(self, state):
         self.model.set_weights(state["weights"])

@@ -28,8 +28,7 @@ def train_elastic(trainer):
             state.commit()
         return trainer.finish()
 
-    val_steps = 0 if trainer.val_reader is None else trainer.val_reader.steps_per_epoch
-    trainer.reporter.train_begin(spec.epochs, spec.start_epoch, trainer.train_reader.steps_per_epoch, val_steps,
+    trainer.reporter.train_begin(spec.epochs, spec.start_epoch, trainer.train_reader.steps_per_epoch, trainer.val_steps,
                                  spec.run_id)
     trainer._callback("on_train_begin", trainer.rank, trainer.size)
     return fit(state)

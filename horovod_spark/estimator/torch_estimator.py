@@ -1,16 +1,13 @@
 """TorchEstimator: fit a torch.nn.Module on a Spark DataFrame with horovod_spark ranks."""
 import io
 
-from pyspark import keyword_only
-
 from . import torch_payload
+from .common.declared_params import declare_param
 from .common.estimator import HorovodEstimator
 from .common.fit import FrameworkPlan
-from .common.params import _param, refuse_unknown_params, with_accessors
 from .torch_model import TorchModel, copy_module
 
 
-@with_accessors
 class TorchEstimator(HorovodEstimator):
     """A Spark ML Estimator training a PyTorch model data-parallel on ``num_proc`` Spark tasks.
 
@@ -29,49 +26,12 @@ class TorchEstimator(HorovodEstimator):
     """
     framework = "torch"
 
-    train_minibatch_fn = _param("train_minibatch_fn", "the training step, called per batch as train_minibatch(model, "
-                                "optimizer, transform_outputs, loss_fn, inputs, labels, sample_weights, "
-                                "backward_passes_per_step, batch_idx) -> (outputs, loss); it zeroes the gradients, "
-                                "back-propagates and steps the optimizer itself")
-    loss_constructors = _param("loss_constructors", "instead of loss: functions taking no argument that return a "
-                               "loss, one (or one per label column), called on every rank")
-
-    @keyword_only
-    def __init__(self, *, num_proc=None, model=None, optimizer=None, loss=None, metrics=None, feature_cols=None,
-                 label_cols=None, input_shapes=None, label_shapes=None, sample_weight_col=None, validation=None,
-                 batch_size=None, val_batch_size=None, epochs=None, train_steps_per_epoch=None,
-                 validation_steps_per_epoch=None, shuffle=None, random_seed=None, gradient_compression=None,
-                 backward_passes_per_step=None, store=None, run_id=None, callbacks=None, transformation_fn=None,
-                 verbose=None, use_gpu=None, data_module=None, backend=None,
-                 inmemory_cache_all=None, nonfinite_loss=None, validate_finite=None, loss_weights=None,
-                 shuffle_buffer_size=None, partitions_per_process=None, train_reader_num_workers=None,
-                 val_reader_num_workers=None, reader_pool_type=None, mp_start_method=None, continuous_cols=None,
-                 categorical_cols=None, train_minibatch_fn=None, loss_constructors=None,
-                 elastic=None, min_num_proc=None, max_num_proc=None,
-                 compress_sparse_cols=None, transformation_edit_fields=None, transformation_removed_fields=None,
-                 **unknown):
-        super().__init__()
-        refuse_unknown_params(type(self).__name__, unknown)
-        self._setDefault(train_minibatch_fn=None, loss_constructors=None)
-        self.setParams(**self._input_kwargs)
-
-    @keyword_only
-    def setParams(self, *, num_proc=None, model=None, optimizer=None, loss=None, metrics=None, feature_cols=None,
-                  label_cols=None, input_shapes=None, label_shapes=None, sample_weight_col=None, validation=None,
-                  batch_size=None, val_batch_size=None, epochs=None, train_steps_per_epoch=None,
-                  validation_steps_per_epoch=None, shuffle=None, random_seed=None, gradient_compression=None,
-                  backward_passes_per_step=None, store=None, run_id=None, callbacks=None, transformation_fn=None,
-                  verbose=None, use_gpu=None, data_module=None, backend=None,
-                  inmemory_cache_all=None, nonfinite_loss=None, validate_finite=None, loss_weights=None,
-                  shuffle_buffer_size=None, partitions_per_process=None, train_reader_num_workers=None,
-                  val_reader_num_workers=None, reader_pool_type=None, mp_start_method=None, continuous_cols=None,
-                  categorical_cols=None, train_minibatch_fn=None, loss_constructors=None,
-                  elastic=None, min_num_proc=None, max_num_proc=None,
-                  compress_sparse_cols=None, transformation_edit_fields=None, transformation_removed_fields=None,
-                  **unknown):
-        """Set the given params (keyword arguments only); None leaves a param as it is."""
-        refuse_unknown_params(type(self).__name__, unknown)
-        return self._set(**{k: v for k, v in self._input_kwargs.items() if v is not None})
+    train_minibatch_fn = declare_param("train_minibatch_fn", "the training step, called per batch as "
+                                       "train_minibatch(model, optimizer, transform_outputs, loss_fn, inputs, labels, "
+                                       "sample_weights, backward_passes_per_step, batch_idx) -> (outputs, loss); it "
+                                       "zeroes the gradients, back-propagates and steps the optimizer itself")
+    loss_constructors = declare_param("loss_constructors", "instead of loss: functions taking no argument that return "
+                                      "a loss, one (or one per label column), called on every rank")
 
     def get_model_class(self):
         """The Model class ``fit`` returns (Horovod's estimator method)."""

@@ -2,10 +2,9 @@
 import io
 
 import cloudpickle
-from pyspark import keyword_only
 
 from . import torch_inference
-from .common.model import HorovodModel, model_params
+from .common.model import HorovodModel
 
 
 class TorchModel(HorovodModel):
@@ -20,19 +19,6 @@ class TorchModel(HorovodModel):
     framework = "torch"
     _loader = staticmethod(torch_inference.load_model)
     _predictor = staticmethod(torch_inference.predict)
-
-    @keyword_only
-    def __init__(self, *, model=None, feature_cols=None, label_cols=None, output_cols=None, input_shapes=None,
-                 history=None, output_shapes=None, run_id=None,
-                 feature_columns=None, label_columns=None):
-        super().__init__()
-        self._set(**model_params(type(self).__name__, self._input_kwargs))
-
-    @keyword_only
-    def setParams(self, *, model=None, feature_cols=None, label_cols=None, output_cols=None, input_shapes=None,
-                  history=None, output_shapes=None, run_id=None,
-                  feature_columns=None, label_columns=None):
-        return self._set(**model_params(type(self).__name__, self._input_kwargs))
 
     @staticmethod
     def serialize(model) -> bytes:

@@ -15,9 +15,8 @@ import numpy as np
 from .common import rank_device
 from .common.checkpoint import CheckpointStore, resumes
 from .common.history import EpochMetrics, History
-from .common.nonfinite import LossGuard
-from .common.progress_rank import rank_reporter
-from .common.rank_data import report_cache, set_mp_start_method, train_reader, val_batches, val_reader
+from .common.rank_data import report_cache, set_mp_start_method, val_batches
+from .common.rank_trainer import RankTrainer
 from .common.shapes import label_arrays, model_inputs, per_row_shape
 
 CHECKPOINT_FORMAT = 1
@@ -62,7 +61,7 @@ def load_checkpoint(data: bytes) -> dict:
     return state
 
 
-class _Trainer:
+class _Trainer(RankTrainer):
     def __init__(self, spec, hvd):
         import torch
 
@@ -101,7 +100,7 @@ class _Trainer:
         if not spec.elastic:
             # An elastic fit's state.sync() broadcasts instead, after every reset too.
             hvd.broadcast_parameters(self.model.state_dict(), root_rank=0)
-        compression = hvd.Compression.fp16 if parts["compression"] == "fp16" else hvd.Compression.none
+        compression = self.compression(parts["compression"])
         self.optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=self.model.named_parameters(),
                                                   compression=compression,
                                                   backward_passes_per_step=spec.backward_passes_per_step)
@@ -111,23 +110,10 @@ class _Trainer:
         self.checkpoints = CheckpointStore(spec.store, spec.run_id, keep=spec.keep_checkpoints)
         self.place()
 
-    def place(self):
-        """(Re)build what depends on this rank's place in the job: its shard of the data, whether it
-        reports progress. An elastic fit calls it again after every reset."""
-        spec = self.spec
-        self.rank, self.size = self.hvd.rank(), self.hvd.size()
-        self.train_reader = train_reader(spec, self.rank, self.size, self.transformation_fn)
-        self.val_reader = val_reader(spec, self.rank, self.size, self.transformation_fn)
-        if getattr(self, "reporter", None) is not None:
-            self.reporter.close()
-        self.reporter = rank_reporter(spec, self.rank)
-        self.loss_guard = LossGuard(spec.nonfinite_loss, self.rank)
-
     # -- the loop ----------------------------------------------------------------------------------
     def run(self):
         spec = self.spec
-        val_steps = 0 if self.val_reader is None else self.val_reader.steps_per_epoch
-        self.reporter.train_begin(spec.epochs, spec.start_epoch, self.train_reader.steps_per_epoch, val_steps,
+        self.reporter.train_begin(spec.epochs, spec.start_epoch, self.train_reader.steps_per_epoch, self.val_steps,
                                   spec.run_id)
         self._callback("on_train_begin", self.rank, self.size)
         for epoch in range(spec.start_epoch, spec.epochs):

@@ -1,7 +1,6 @@
 """Argument handling shared by the collective ops: reduce ops, process sets."""
-import warnings
-
 from horovod_spark.common import basics as _basics
+from horovod_spark.common import op_resolution
 from horovod_spark.common import ops as _core
 from horovod_spark.common.process_sets import process_set_id_of, root_index
 
@@ -15,24 +14,13 @@ Product = ReduceOp.Product
 
 
 def resolve_op(op, average):
-    """Horovod's deprecated ``average=`` flag against ``op`` (both None: Average)."""
-    if op is not None:
-        if average is not None:
-            raise ValueError("The op parameter supersedes average. Please provide only one of them.")
-        return reduce_op(op)
-    if average is not None:
-        warnings.warn("Parameter `average` has been replaced with `op` and will be removed in v1.0",
-                      DeprecationWarning, stacklevel=3)
-        return Average if average else Sum
-    return Average
+    """Horovod's deprecated ``average=`` flag against ``op`` (both None: Average), checked."""
+    # stacklevel 4: the warning names the caller of the op that took average= (see op_resolution).
+    return reduce_op(op_resolution.handle_average_backwards_compatibility(op, average, stacklevel=4))
 
 
 def reduce_op(op):
-    try:
-        return ReduceOp(int(op))
-    except (TypeError, ValueError):
-        raise ValueError("unknown reduction op %r; use one of hvd.Average, Sum, Adasum, Min, Max, Product"
-                         % (op,)) from None
+    return op_resolution.reduce_op(op, "hvd.")
 
 
 def require_init():

@@ -1,46 +1,24 @@
 """Gradient compression around a collective: ``compress`` before it, ``decompress`` after."""
 import tensorflow as tf
 
-
-class Compressor:
-    """Interface: ``compress(tensor) -> (tensor, ctx)`` and ``decompress(tensor, ctx) -> tensor``."""
-
-    @staticmethod
-    def compress(tensor):
-        raise NotImplementedError
-
-    @staticmethod
-    def decompress(tensor, ctx):
-        raise NotImplementedError
+from horovod_spark.common.compression import Compressor, HalfPrecisionCompressor, NoneCompressor
 
 
-class NoneCompressor(Compressor):
-    """Sends tensors as they are."""
-
-    @staticmethod
-    def compress(tensor):
-        return tensor, None
-
-    @staticmethod
-    def decompress(tensor, ctx):
-        return tensor
-
-
-class FP16Compressor(Compressor):
+class FP16Compressor(HalfPrecisionCompressor):
     """Sends floating-point tensors as float16 (half the bytes of float32) and casts back after.
 
     Other dtypes pass through unchanged.
     """
 
-    @staticmethod
-    def compress(tensor):
-        if tensor.dtype.is_floating and tensor.dtype != tf.float16:
-            return tf.cast(tensor, tf.float16), tensor.dtype
-        return tensor, None
+    float16 = tf.float16
 
     @staticmethod
-    def decompress(tensor, ctx):
-        return tensor if ctx is None else tf.cast(tensor, ctx)
+    def halves(tensor) -> bool:
+        return tensor.dtype.is_floating and tensor.dtype != tf.float16
+
+    @staticmethod
+    def cast(tensor, dtype):
+        return tf.cast(tensor, dtype)
 
 
 class Compression:
@@ -48,3 +26,6 @@ class Compression:
 
     none = NoneCompressor
     fp16 = FP16Compressor
+
+
+__all__ = ["Compressor", "NoneCompressor", "FP16Compressor", "Compression"]

@@ -3,11 +3,11 @@
 Signatures, defaults and return values follow horovod.torch 0.28; every function returns a handle
 for ``poll``/``synchronize``.
 """
-import warnings
 
 import torch
 
 from horovod_spark.common import ops as _core
+from horovod_spark.common.op_resolution import handle_average_backwards_compatibility, reduce_op
 from horovod_spark.common.process_sets import global_process_set
 from horovod_spark.torch import _buffers, _handles, _nccl, _staging
 from horovod_spark.torch._data_ops import allgather_async
@@ -20,7 +20,6 @@ Adasum = _ReduceOp.Adasum
 Min = _ReduceOp.Min
 Max = _ReduceOp.Max
 Product = _ReduceOp.Product
-_VALID_OPS = {int(o) for o in (Average, Sum, Adasum, Min, Max, Product)}
 # Ops the prechecked blocking path takes (ReduceOp members are ints, so plain ints match too).
 _PLAIN_OP_CODES = {int(o): int(o) for o in (Average, Sum, Min, Max, Product)}
 _CPU_DTYPE_CODES = _buffers.CORE_DTYPE_CODES
@@ -29,25 +28,8 @@ _Tensor = torch.Tensor
 _empty_like = torch.empty_like
 
 
-def handle_average_backwards_compatibility(op, average):
-    """Resolve Horovod's deprecated ``average=`` flag against ``op`` (None means Average)."""
-    if op is not None:
-        if average is not None:
-            raise ValueError("The op parameter supersedes average. Please provide only one of them.")
-        return op
-    if average is not None:
-        warnings.warn("Parameter `average` has been replaced with `op` and will be removed in v1.0",
-                      DeprecationWarning, stacklevel=3)
-        return Average if average else Sum
-    return Average
-
-
 def core_op(op):
-    code = int(op)
-    if code not in _VALID_OPS:
-        raise ValueError("unknown reduction op %r; use one of Average, Sum, Adasum, Min, Max, Product"
-                         % (op,))
-    return code
+    return int(reduce_op(op))
 
 
 def _plain_codes(tensor, op):

@@ -1,46 +1,24 @@
 """Gradient compression applied around a collective: ``compress`` before, ``decompress`` after."""
 import torch
 
-
-class Compressor:
-    """Interface: ``compress(tensor) -> (tensor, ctx)`` and ``decompress(tensor, ctx) -> tensor``."""
-
-    @staticmethod
-    def compress(tensor):
-        raise NotImplementedError
-
-    @staticmethod
-    def decompress(tensor, ctx):
-        raise NotImplementedError
+from horovod_spark.common.compression import Compressor, HalfPrecisionCompressor, NoneCompressor
 
 
-class NoneCompressor(Compressor):
-    """Sends tensors as they are."""
-
-    @staticmethod
-    def compress(tensor):
-        return tensor, None
-
-    @staticmethod
-    def decompress(tensor, ctx):
-        return tensor
-
-
-class FP16Compressor(Compressor):
+class FP16Compressor(HalfPrecisionCompressor):
     """Sends floating-point tensors as float16 (half the bytes) and restores their dtype after.
 
     Non-float tensors pass through unchanged.
     """
 
-    @staticmethod
-    def compress(tensor):
-        if tensor.dtype.is_floating_point and tensor.dtype != torch.float16:
-            return tensor.to(torch.float16), tensor.dtype
-        return tensor, None
+    float16 = torch.float16
 
     @staticmethod
-    def decompress(tensor, ctx):
-        return tensor if ctx is None else tensor.to(ctx)
+    def halves(tensor) -> bool:
+        return tensor.dtype.is_floating_point and tensor.dtype != torch.float16
+
+    @staticmethod
+    def cast(tensor, dtype):
+        return tensor.to(dtype)
 
 
 class Compression:
@@ -48,3 +26,6 @@ class Compression:
 
     none = NoneCompressor
     fp16 = FP16Compressor
+
+
+__all__ = ["Compressor", "NoneCompressor", "FP16Compressor", "Compression"]

@@ -1,15 +1,22 @@
-"""The estimator base class shared by TorchEstimator and KerasEstimator."""
+"""The estimator base class of every framework's estimator: its Params and keywords (EstimatorParams),
+fit and fit_on_parquet, and the hooks a framework implements."""
 from typing import Optional
 
 from pyspark.ml import Estimator
 
 from .data_source import DataFrameSource, ParquetSource
 from .fit import run_fit
-from .params import EstimatorParams
+from .params import EstimatorParams, refuse_unknown_params
 
 
 class HorovodEstimator(Estimator, EstimatorParams):
+    """A framework's estimator declares its own Params (``declare_param``) and implements the hooks
+    below; its keywords, setParams and accessors come from the declarations."""
     framework = None
+
+    def refuse_keywords(self, method, unknown):
+        # A ValueError with advice for the keywords of Horovod's estimators that are not Params here.
+        refuse_unknown_params(type(self).__name__, unknown)
 
     def _fit(self, dataset):
         return run_fit(self, DataFrameSource(dataset))

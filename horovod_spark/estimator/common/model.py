@@ -15,33 +15,18 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from . import inference
-from .converters import to_column_list
 from .params import ModelParams
 from .persistence import HorovodModelReader, HorovodModelWriter
 
 _NON_JSON_PARAMS = ("model",)
 
-# Horovod's models name their column Params feature_columns / label_columns.
-_HOROVOD_COLUMN_NAMES = {"feature_columns": "feature_cols", "label_columns": "label_cols"}
-
-
-def model_params(owner: str, kwargs: dict) -> dict:
-    """The Params a model's constructor or setParams sets: those given (not None), with Horovod's
-    column keywords under this project's names; both spellings at once must agree."""
-    out = {k: v for k, v in kwargs.items() if v is not None and k not in _HOROVOD_COLUMN_NAMES}
-    for horovods, ours in _HOROVOD_COLUMN_NAMES.items():
-        value = kwargs.get(horovods)
-        if value is None:
-            continue
-        if ours in out and to_column_list(out[ours]) != to_column_list(value):
-            raise ValueError("%s got %s=%r and %s=%r: they are the same Param, give one" %
-                             (owner, ours, out[ours], horovods, value))
-        out[ours] = value
-    return out
-
 
 class HorovodModel(Model, ModelParams, MLReadable, MLWritable):
+    """A framework's model declares its own Params (``declare_param``) and supplies the hooks below;
+    its keywords, setParams and accessors come from the declarations."""
     framework = None
+    # Horovod's models name their column Params feature_columns / label_columns.
+    keyword_aliases = {"feature_columns": "feature_cols", "label_columns": "label_cols"}
 
     # -- framework hooks -----------------------------------------------------------------------------
     @staticmethod
