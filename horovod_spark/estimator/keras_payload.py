@@ -121,7 +121,7 @@ def check_model(est):
     from its bytes with ``custom_objects``, which is checked here rather than on every rank."""
     import keras
 
-    from horovod_spark.keras.optimizer import check_backend
+    from horovod_spark.tensorflow.keras_optimizer import check_backend
     try:
         check_backend()
     except RuntimeError as exc:

@@ -34,20 +34,27 @@ from horovod_spark.common.process_sets import ProcessSet, add_process_set, globa
 from horovod_spark.exceptions import HorovodInternalError
 from horovod_spark.keras import callbacks, elastic
 from horovod_spark.keras.ops import allgather, allreduce, broadcast, broadcast_global_variables, reducescatter
-from horovod_spark.keras.optimizer import DistributedOptimizer, PartialDistributedOptimizer
 from horovod_spark.keras.saving import load_model
 from horovod_spark.tensorflow import (
+                                         Adasum,
+                                         Average,
+                                         Max,
+                                         Min,
+                                         Product,
+                                         Sum,
                                          allgather_object,
                                          barrier,
                                          broadcast_object,
                                          broadcast_variables,
+                                         cuda_built,
+                                         gpu_available,
                                          init,
                                          join,
+                                         nccl_built,
                                          shutdown,
 )
-from horovod_spark.tensorflow._build import cuda_built, gpu_available, nccl_built
-from horovod_spark.tensorflow._op_args import Adasum, Average, Max, Min, Product, Sum
 from horovod_spark.tensorflow.compression import Compression
+from horovod_spark.tensorflow.keras_optimizer import DistributedOptimizer, PartialDistributedOptimizer
 from horovod_spark.tensorflow.sync_batch_norm import SyncBatchNormalization
 
 __all__ = [

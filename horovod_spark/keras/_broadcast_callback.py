@@ -1,8 +1,8 @@
 """BroadcastGlobalVariablesCallback: start every rank from the root's weights."""
 import keras
 
-from horovod_spark.tensorflow._gradients import LocalSources
 from horovod_spark.tensorflow.functions import broadcast_variables
+from horovod_spark.tensorflow.gradient_reduction import LocalSources
 
 
 def _is_seed_state(variable):

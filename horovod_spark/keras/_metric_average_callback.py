@@ -3,7 +3,7 @@ import keras
 import numpy as np
 
 from horovod_spark.common import ops as _core
-from horovod_spark.tensorflow import _arrays
+from horovod_spark.tensorflow import array_collectives
 
 
 class MetricAverageCallback(keras.callbacks.Callback):
@@ -27,7 +27,7 @@ class MetricAverageCallback(keras.callbacks.Callback):
         flat = np.concatenate([v.reshape(-1) for v in values])
         # One collective for all metrics; keys are sorted so every rank packs them alike, and a
         # rank logging a different number of values fails with a shape mismatch, not a hang.
-        mean = _arrays.allreduce([flat], ["MetricAverageCallback.%d" % epoch], _core.Average)[0]
+        mean = array_collectives.allreduce([flat], ["MetricAverageCallback.%d" % epoch], _core.Average)[0]
         start = 0
         for k, v in zip(keys, values):
             piece = mean[start:start + v.size]

@@ -2,8 +2,8 @@
 tensors in, eager tensors out."""
 from horovod_spark.tensorflow import functions as _functions
 from horovod_spark.tensorflow import mpi_ops as _mpi_ops
-from horovod_spark.tensorflow._op_args import Average
 from horovod_spark.tensorflow.compression import Compression
+from horovod_spark.tensorflow.mpi_ops import Average
 
 
 def allreduce(value, name=None, average=None, prescale_factor=1.0, postscale_factor=1.0, op=None,

@@ -1,8 +1,8 @@
 """load_model: restore a model saved with a DistributedOptimizer, optimizer re-wrapped."""
 import keras
 
-from horovod_spark.keras.optimizer import check_backend, distributed_class, is_distributed, make_settings
 from horovod_spark.tensorflow.compression import Compression
+from horovod_spark.tensorflow.keras_optimizer import check_backend, distributed_class, is_distributed, make_settings
 
 
 def load_model(filepath, custom_optimizers=None, custom_objects=None, compression=Compression.none,

@@ -5,7 +5,7 @@ import tensorflow as tf
 
 from horovod_spark.common import basics as _basics
 from horovod_spark.common.process_sets import global_process_set, registered
-from horovod_spark.tensorflow import _arrays, _bridge, _names
+from horovod_spark.tensorflow import _bridge, _names, array_collectives
 from horovod_spark.tensorflow._op_args import ps_id
 
 
@@ -32,7 +32,7 @@ def join():
     (Horovod's semantics).
     """
     ps_id(global_process_set)
-    out = _bridge.run(lambda: [np.asarray(_arrays.join(), dtype=np.int32)], [], [tf.int32], [[]],
+    out = _bridge.run(lambda: [np.asarray(array_collectives.join(), dtype=np.int32)], [], [tf.int32], [[]],
                       name="HorovodJoin")
     return out[0]
 
@@ -40,7 +40,7 @@ def join():
 def barrier(process_set=global_process_set):
     """Return once every rank of ``process_set`` has reached the barrier."""
     psid = ps_id(process_set)
-    _bridge.run(lambda: _arrays.barrier(psid) or [], [], [], [], name="HorovodBarrier")
+    _bridge.run(lambda: array_collectives.barrier(psid) or [], [], [], [], name="HorovodBarrier")
 
 
 def size_op(process_set_id=0, name=None):

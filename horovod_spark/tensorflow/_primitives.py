@@ -16,7 +16,7 @@ collectives. ``SKIP_SINGLE_RANK`` exists so benchmarks can time the core path at
 import tensorflow as tf
 
 from horovod_spark.common.ops import check_reducescatter
-from horovod_spark.tensorflow import _arrays, _bridge
+from horovod_spark.tensorflow import _bridge, array_collectives
 from horovod_spark.tensorflow._op_args import Adasum, Average, Sum, check_root, ps_id, ps_rank
 
 SKIP_SINGLE_RANK = True
@@ -66,7 +66,8 @@ def allreduce(tensors, names, op, prescale, postscale, process_set, groups=(), d
     def forward(xs):
         if _single(process_set):
             return [_scaled(x, prescale * postscale) for x in xs]
-        return _bridge.run(lambda *a: _arrays.allreduce(list(a), names, op, prescale, postscale, psid, groups),
+        return _bridge.run(lambda *a: array_collectives.allreduce(list(a), names, op, prescale, postscale, psid,
+                                                                  groups),
                            xs, [x.dtype for x in xs], [x.shape for x in xs], name="HorovodAllreduce")
 
     def backward(dys, _ys):
@@ -96,7 +97,7 @@ def allgather(tensors, names, process_set):
     def forward(xs):
         if _single(process_set):
             return [tf.identity(x) for x in xs]
-        return _bridge.run(lambda *a: _arrays.allgather(list(a), names, psid), xs, [x.dtype for x in xs],
+        return _bridge.run(lambda *a: array_collectives.allgather(list(a), names, psid), xs, [x.dtype for x in xs],
                            [[None] + x.shape.as_list()[1:] if x.shape.rank is not None else None for x in xs],
                            name="HorovodAllgather")
 
@@ -126,7 +127,7 @@ def broadcast(tensors, names, root_rank, process_set):
     def forward(xs):
         if _single(process_set):
             return [tf.identity(x) for x in xs]
-        return _bridge.run(lambda *a: _arrays.broadcast(list(a), names, root_rank, psid), xs,
+        return _bridge.run(lambda *a: array_collectives.broadcast(list(a), names, root_rank, psid), xs,
                            [x.dtype for x in xs], [x.shape for x in xs], name="HorovodBroadcast")
 
     def backward(dys, _ys):
@@ -159,7 +160,7 @@ def alltoall(tensor, name, splits, process_set):
                 return [tf.identity(xs[0]), tf.identity(splits32)]
 
         def np_fn(a, *s):
-            out, received = _arrays.alltoall(a, name, s[0] if s else None, psid)
+            out, received = array_collectives.alltoall(a, name, s[0] if s else None, psid)
             return [out, received]
         return _bridge.run(np_fn, [xs[0]] + split_inputs, [xs[0].dtype, tf.int32],
                            [out_shape, [process_set.size()]], name="HorovodAlltoall")
@@ -182,7 +183,7 @@ def reducescatter(tensors, names, op, prescale, postscale, process_set):
     def forward(xs):
         if _single(process_set):
             return [_scaled(x, prescale * postscale) for x in xs]
-        return _bridge.run(lambda *a: _arrays.reducescatter(list(a), names, op, prescale, postscale, psid),
+        return _bridge.run(lambda *a: array_collectives.reducescatter(list(a), names, op, prescale, postscale, psid),
                            xs, [x.dtype for x in xs],
                            [[None] + x.shape.as_list()[1:] if x.shape.rank is not None else None for x in xs],
                            name="HorovodReducescatter")

@@ -5,7 +5,7 @@ import numpy as np
 import tensorflow as tf
 
 from horovod_spark.common.process_sets import global_process_set
-from horovod_spark.tensorflow import _arrays, _names, _primitives
+from horovod_spark.tensorflow import _names, _primitives, array_collectives
 from horovod_spark.tensorflow._buffers import as_tensor
 from horovod_spark.tensorflow._op_args import check_root, ps_id, ps_rank
 
@@ -63,9 +63,9 @@ def broadcast_object(obj, root_rank=0, session=None, name=None, process_set=glob
     is_root = ps_rank(process_set) == root_rank
     payload = np.frombuffer(cloudpickle.dumps(obj), dtype=np.uint8) if is_root else None
     size = np.array([payload.size if is_root else 0], dtype=np.int64)
-    size = _arrays.broadcast([size], [size_name], root_rank, psid)[0]
+    size = array_collectives.broadcast([size], [size_name], root_rank, psid)[0]
     data = payload if is_root else np.zeros(int(size[0]), dtype=np.uint8)
-    data = _arrays.broadcast([data], [data_name], root_rank, psid)[0]
+    data = array_collectives.broadcast([data], [data_name], root_rank, psid)[0]
     return obj if is_root else cloudpickle.loads(data.tobytes())
 
 
@@ -81,7 +81,7 @@ def allgather_object(obj, session=None, name=None, process_set=global_process_se
     psid = ps_id(process_set)
     size_name, data_name = _object_names("allgather_object", name)
     payload = np.frombuffer(cloudpickle.dumps(obj), dtype=np.uint8)
-    sizes, data = _arrays.allgather([np.array([payload.size], dtype=np.int64), payload],
+    sizes, data = array_collectives.allgather([np.array([payload.size], dtype=np.int64), payload],
                                     [size_name, data_name], psid)
     objects, start = [], 0
     for n in sizes.tolist():

@@ -2,9 +2,14 @@
 import tensorflow as tf
 
 from horovod_spark.common.process_sets import global_process_set
-from horovod_spark.tensorflow._gradients import LocalSources, ReduceSettings, local_layer_variables, reduce_gradients
 from horovod_spark.tensorflow._op_args import Average
 from horovod_spark.tensorflow.compression import Compression
+from horovod_spark.tensorflow.gradient_reduction import (
+    LocalSources,
+    ReduceSettings,
+    local_layer_variables,
+    reduce_gradients,
+)
 
 _PREFIX = "DistributedGradientTape"
 

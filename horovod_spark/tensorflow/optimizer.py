@@ -20,7 +20,7 @@ def DistributedOptimizer(optimizer, name=None, use_locking=False, device_dense="
         raise TypeError("horovod_spark.tensorflow.DistributedOptimizer wraps a keras.optimizers.Optimizer; got %s. "
                         "TF1 tf.compat.v1.train optimizers are not supported: use a Keras optimizer, or "
                         "hvd.DistributedGradientTape in a custom training loop." % type(optimizer).__name__)
-    from horovod_spark.keras.optimizer import DistributedOptimizer as _keras_distributed_optimizer
+    from horovod_spark.tensorflow.keras_optimizer import DistributedOptimizer as _keras_distributed_optimizer
     return _keras_distributed_optimizer(optimizer, name=name, compression=compression,
                                         sparse_as_dense=sparse_as_dense,
                                         gradient_predivide_factor=gradient_predivide_factor,

@@ -174,7 +174,7 @@ def _check_checkpoint(hvd, keras, rank, directory):
 
 
 def _check_load_model(hvd, keras, rank, directory):
-    from horovod_spark.keras.optimizer import is_distributed
+    from horovod_spark.tensorflow.keras_optimizer import is_distributed
     x, y = _dataset()
     xr, yr = _shard(x, rank), _shard(y, rank)
     path = os.path.join(directory, "model.keras")

@@ -1,4 +1,6 @@
-"""DistributedOptimizer for Keras 3 (TensorFlow backend).
+"""DistributedOptimizer for Keras 3 (TensorFlow backend): ``horovod_spark.keras.DistributedOptimizer``,
+and what ``horovod_spark.tensorflow.DistributedOptimizer`` returns for a Keras optimizer (it lives in
+the TensorFlow layer so that both packages use it without the lower one importing the higher).
 
 Keras 3 funnels every update (``fit``'s train step, ``apply_gradients``, custom loops) through
 ``Optimizer.apply(grads, trainable_variables)``, so the wrapper is a subclass of the user's
@@ -13,9 +15,14 @@ import keras
 import tensorflow as tf
 
 from horovod_spark.common.process_sets import global_process_set
-from horovod_spark.tensorflow._gradients import LocalSources, ReduceSettings, local_layer_variables, reduce_gradients
 from horovod_spark.tensorflow._op_args import Average
 from horovod_spark.tensorflow.compression import Compression
+from horovod_spark.tensorflow.gradient_reduction import (
+    LocalSources,
+    ReduceSettings,
+    local_layer_variables,
+    reduce_gradients,
+)
 
 
 @dataclasses.dataclass
