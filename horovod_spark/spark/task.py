@@ -26,7 +26,7 @@ from .task_control import TaskControl
 
 _STDERR_TAIL_LINES = 20
 # Spark worker plumbing the rank has no use for (and should not see).
-_DROP_ENV = ("PYTHON_WORKER_FACTORY_SECRET", "_PYSPARK_DRIVER_CONN_INFO_PATH", "SPARK_REUSE_WORKER",
+DROP_ENV = ("PYTHON_WORKER_FACTORY_SECRET", "_PYSPARK_DRIVER_CONN_INFO_PATH", "SPARK_REUSE_WORKER",
              "PYTHON_DAEMON_KILL_WORKER_ON_FLUSH_FAILURE")
 
 
@@ -120,7 +120,7 @@ class _Shipper:
 
 def rank_env(spec: TaskSpec, addr: str, place: placement_mod.Placement, gpus: List[str],
              workdir: str) -> Dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in _DROP_ENV}
+    env = {k: v for k, v in os.environ.items() if k not in DROP_ENV}
     env.update(spec.env)
     env.update(place.env())
     env.update({

@@ -33,14 +33,14 @@ class ProgressService:
     """Listens for rank lines and writes them, as ``[rank]<stdout>:line``, to ``printer``."""
 
     def __init__(self, printer):
+        from horovod_spark import session
         from horovod_spark.common import wire
         from horovod_spark.common.kv_server import KVStoreServer
-        from horovod_spark.spark import driver as spark_driver
-        from horovod_spark.spark.driver_service import start_listening
+        from horovod_spark.spark.driver_service import driver_addresses, start_listening
 
-        sc = spark_driver._spark_context()
+        sc = session.active_spark_context("horovod_spark.run_elastic")
         key = wire.make_secret()
-        addrs = spark_driver._driver_addresses(sc)
+        addrs = driver_addresses(sc)
 
         def make(host):
             server = KVStoreServer(key, host=host)
