@@ -47,18 +47,18 @@ def check_reset_limit(value, caller: str) -> Optional[int]:
     return None if value is None else int(value)
 
 
-def check_rank_env(env, caller: str) -> Dict[str, str]:
+def check_rank_env(env, caller: Optional[str] = None) -> Dict[str, str]:
     """The environment variables a job adds to its ranks': a mapping of names to values (each
     value becomes its ``str``); a variable of ours with a bad value raises ``ConfigError``."""
     if env is None:
         return {}
+    what = "%s(env=...)" % caller if caller else "env"
     if not isinstance(env, Mapping):
-        raise TypeError("%s(env=...) takes a dict of environment variables for the ranks, got %s"
-                        % (caller, type(env).__name__))
+        raise TypeError("%s takes a dict of environment variables for the ranks, got %s" % (what, type(env).__name__))
     out = {}
     for name, value in env.items():
         if not isinstance(name, str) or value is None:
-            raise TypeError("%s(env=...): entries must be str -> str (got %r: %r)" % (caller, name, value))
+            raise TypeError("%s: entries must be str -> str (got %r: %r)" % (what, name, value))
         out[name] = str(value)
     config.check_assignments(out, "env")
     return out

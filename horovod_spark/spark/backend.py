@@ -39,7 +39,7 @@ def default_num_proc() -> int:
 
 
 def _run_parameters() -> List[str]:
-    from .driver import run
+    from .entry import run
     return [name for name in inspect.signature(run).parameters if name not in _PER_CALL]
 
 
@@ -80,7 +80,7 @@ class SparkBackend(Backend):
             **run_options) -> List:
         """``horovod_spark.run(fn, args, kwargs, num_proc=num_processes(), env=<backend env + env>, ...)``;
         ``run_options`` add to (and override) the backend's own ``horovod_spark.run`` arguments."""
-        from .driver import run_with_options
+        from .entry import run_with_options
         return run_with_options(fn, args, kwargs, self.run_options_for(env, **run_options))
 
     def run_options_for(self, env: Optional[Dict[str, str]] = None, **run_options) -> SparkRunOptions:

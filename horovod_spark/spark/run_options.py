@@ -28,7 +28,7 @@ def _start_timeout(value) -> float:
     return value
 
 
-def _with_stall_shutdown(rank_env: Dict[str, str]) -> Dict[str, str]:
+def with_stall_shutdown(rank_env: Dict[str, str]) -> Dict[str, str]:
     """The ranks' HOROVOD_STALL_SHUTDOWN_TIME_SECONDS: the job's env, else the driver's, else the
     Spark default. The core's own default (0) only warns, and on Spark a collective some rank never
     joins would then hold the cluster's task slots forever."""
@@ -114,7 +114,7 @@ class SparkRunOptions:
         """``horovod_spark.run``'s arguments, checked; ``caller`` names the call in error messages."""
         num_proc = check_num_proc(num_proc, caller, none_means="the session's default parallelism")
         start_timeout = _start_timeout(start_timeout)
-        rank_env = _with_stall_shutdown(check_rank_env(env, caller))
+        rank_env = with_stall_shutdown(check_rank_env(env, caller))
         use_mpi = _use_mpi(use_mpi, use_gloo)
         mpi_args = _extra_mpi_args(extra_mpi_args, use_mpi)
         nics = _nics(nics)

@@ -4,7 +4,7 @@ import pytest
 
 import horovod_spark
 from horovod_spark.spark.backend import SparkBackend
-from horovod_spark.spark.horovod_runner import HorovodRunner
+from horovod_spark.spark.notebook.horovod_runner import HorovodRunner
 from horovod_spark.spark.run_options import ElasticSparkOptions, SparkRunOptions
 
 pytest.importorskip("pyspark")

@@ -90,7 +90,7 @@ def test_horovod_runner_returns_rank_zeros_result(remote, capsys):
 
 def test_cluster_facts_come_from_the_remote_sessions_configuration(remote):
     from horovod_spark import session as session_facts
-    from horovod_spark.spark.connect_driver import _report_interval_s
+    from horovod_spark.spark.connect.run import _report_interval_s
     assert session_facts.master(remote) == "local[2]"
     assert session_facts.known_slots(remote) == 2
     assert session_facts.default_parallelism(remote) == 2

@@ -57,7 +57,7 @@ def run_elastic_fit(fn, spec, settings: ElasticSettings, num_proc: int, env, pri
     """Rank 0's result of ``fn(spec)`` run as an elastic job on Spark, its progress lines written to
     ``printer``; an ElasticJobError that says what was lost and what the fit's Params allow when
     the job cannot go on."""
-    from horovod_spark.spark.elastic_run import run_elastic_with_options
+    from horovod_spark.spark.elastic.run import run_elastic_with_options
 
     from .elastic_progress import ProgressService
     from .run_ranks import elastic_options

@@ -36,7 +36,7 @@ class ProgressService:
         from horovod_spark import session
         from horovod_spark.common import wire
         from horovod_spark.common.kv_server import KVStoreServer
-        from horovod_spark.spark.driver_service import driver_addresses, start_listening
+        from horovod_spark.spark.driver.service import driver_addresses, start_listening
 
         sc = session.active_spark_context("horovod_spark.run_elastic")
         key = wire.make_secret()
@@ -84,7 +84,7 @@ class RemoteLines:
             return
         try:
             if self._client is None:
-                from horovod_spark.spark.task import connect_to_driver
+                from horovod_spark.spark.task.body import connect_to_driver
                 self._client, _ = connect_to_driver(self._channel.addrs, self._channel.port, self._channel.key,
                                                     "fit's progress service", io_timeout=_SEND_TIMEOUT_S)
             self._client.request(OP_LINE, self.rank, line)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from horovod_spark import session as spark_session
 from horovod_spark.exceptions import HorovodSparkError
 from horovod_spark.launcher.options import check_num_proc
-from horovod_spark.spark import preflight
+from horovod_spark.spark.driver import preflight
 
 from . import run_ranks
 from .checkpoint import CheckpointStore

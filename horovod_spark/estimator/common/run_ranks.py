@@ -45,7 +45,7 @@ class RankRunner:
     def run(self, fn, args, num_proc: int, env: Dict[str, str], printer, verbose: int) -> List:
         """Results by rank of ``fn(*args)``; ``num_proc`` is the fit's resolved number of ranks."""
         if self.on_spark:
-            from horovod_spark.spark.driver import run_with_options
+            from horovod_spark.spark.entry import run_with_options
             return run_with_options(fn, args, None, self.spark_options(num_proc, env, printer, verbose))
         return self.backend.run(fn, args=args, kwargs={}, env=env)
 

@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
 from horovod_spark.common import config, elastic_rendezvous
+from horovod_spark.spark.task.body import DROP_ENV, connect_to_driver
 
-from .elastic_output import TaskOutput
-from .task import DROP_ENV, connect_to_driver
+from .output import TaskOutput
 
 OP_REGISTER = "elastic_register"
 OP_EXIT = "elastic_exit"

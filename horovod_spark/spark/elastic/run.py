@@ -25,12 +25,12 @@ from horovod_spark.common.kv_server import KVStoreServer
 from horovod_spark.exceptions import ElasticJobError, HorovodSparkError, RankFailedError
 from horovod_spark.launcher import run_local_rank
 from horovod_spark.launcher.elastic_driver import ElasticDriver
+from horovod_spark.spark.driver.output import OutputSink
+from horovod_spark.spark.driver.service import driver_addresses, start_listening
+from horovod_spark.spark.run_options import ElasticSparkOptions
 
-from .driver_service import driver_addresses, start_listening
-from .elastic_output import DriverOutput
-from .elastic_task import OP_EXIT, OP_REGISTER, ElasticTaskSpec, run_elastic_task
-from .output import OutputSink
-from .run_options import ElasticSparkOptions
+from .output import DriverOutput
+from .task import OP_EXIT, OP_REGISTER, ElasticTaskSpec, run_elastic_task
 
 log = logging.getLogger(__name__)
 

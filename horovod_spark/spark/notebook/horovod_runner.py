@@ -59,8 +59,8 @@ class HorovodRunner:
         err = RankOutputFilter(self.driver_log_verbosity, cell=sys.stderr)
         try:
             if self.num_processor > 0:
-                from .driver import run_with_options
-                from .run_options import SparkRunOptions
+                from horovod_spark.spark.entry import run_with_options
+                from horovod_spark.spark.run_options import SparkRunOptions
                 options = SparkRunOptions.from_kwargs("HorovodRunner", num_proc=self.num_processor, stdout=out,
                                                       stderr=err)
                 results = run_with_options(main, (), kwargs, options)

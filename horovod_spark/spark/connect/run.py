@@ -23,11 +23,11 @@ import cloudpickle
 from horovod_spark import session as spark_session
 from horovod_spark.common import config, wire, wire_tls
 from horovod_spark.exceptions import HorovodSparkError, SparkRankFailedError, StartTimeoutError
+from horovod_spark.spark.driver import preflight
+from horovod_spark.spark.driver.output import OutputSink
+from horovod_spark.spark.run_options import SparkRunOptions
 
-from . import preflight
-from .connect_task import SCHEMA, ConnectSpec, stage
-from .output import OutputSink
-from .run_options import SparkRunOptions
+from .task import SCHEMA, ConnectSpec, stage
 
 _STAGE_GRACE_S = 20.0
 _CONSEQUENTIAL = ("HorovodInternalError",)

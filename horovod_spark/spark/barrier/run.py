@@ -1,19 +1,19 @@
-"""``horovod_spark.run``: run a function as ``num_proc`` Horovod ranks in one Spark barrier stage."""
+"""``horovod_spark.run`` on a classic SparkSession: ``num_proc`` ranks in one barrier job of the SparkContext."""
 import functools
 import uuid
-from typing import Any, Callable, Dict, Iterable, List, Optional
+from typing import Any, Callable, List, Optional
 
 from horovod_spark import session as spark_session
 from horovod_spark.common import config, wire
+from horovod_spark.spark.driver import preflight
+from horovod_spark.spark.driver.output import OutputSink
+from horovod_spark.spark.driver.results import ResultSpool
+from horovod_spark.spark.driver.service import driver_addresses, start_driver_service
+from horovod_spark.spark.run_options import SparkRunOptions
+from horovod_spark.spark.task.body import TaskSpec, run_task
 
-from . import preflight
-from .driver_service import driver_addresses, start_driver_service
 from .job import BarrierJob
-from .output import OutputSink
-from .results import ResultSpool
-from .run_options import SparkRunOptions
-from .supervise import supervise
-from .task import TaskSpec, run_task
+from .outcome import wait_for_outcome
 
 # After an abort, how long the ranks get to confirm their processes are gone, and how long the
 # cancelled Spark job gets to wind down, before run() raises anyway (with a warning).
@@ -21,41 +21,9 @@ _EXIT_CONFIRM_S = 5.0
 _JOB_JOIN_S = 8.0
 
 
-def run(fn: Callable, args=(), kwargs: Optional[dict] = None, num_proc: Optional[int] = None,
-        start_timeout: Optional[float] = None, use_mpi: Optional[bool] = None, use_gloo: Optional[bool] = None,
-        extra_mpi_args: Optional[str] = None, env: Optional[Dict[str, str]] = None, stdout=None,
-        stderr=None, verbose: int = 1, nics: Optional[Iterable[str]] = None,
-        prefix_output_with_timestamp: bool = False, executable: Optional[str] = None) -> List[Any]:
-    """Run ``fn(*args, **kwargs)`` as ``num_proc`` ranks in one Spark barrier stage.
-
-    Returns fn's return values as a list indexed by rank. Inside fn, ``hvd.init()`` needs no
-    arguments. Each rank runs in its own process started by its Spark task; its stdout/stderr
-    lines are printed on the driver as they come, prefixed ``[rank]<stdout>:`` (to ``stdout`` /
-    ``stderr`` if given: any object with ``write(str)``). An exception on any rank cancels the
-    job and raises ``RankFailedError`` with the rank and remote traceback; ranks that do not all
-    start within ``start_timeout`` (default ``HOROVOD_SPARK_START_TIMEOUT`` or 600 s) raise
-    ``StartTimeoutError`` naming them. ``env`` adds environment variables to every rank.
-    ``use_mpi=True`` starts the ranks with mpirun through the Spark tasks (see docs/spark.md),
-    with ``extra_mpi_args`` added to its command line; ``use_gloo=True`` (Horovod's name for its
-    own TCP transport) asks for this project's shared-memory/TCP links, the default. ``nics``:
-    network interface names the ranks talk over (the first with an IPv4 address on each host).
-    ``executable``: the Python interpreter that runs the ranks on the executors (default: the
-    executor's own). The parameters are horovod.spark.run's, in its order.
-    """
-    options = SparkRunOptions.from_kwargs(
-        "horovod_spark.run", num_proc=num_proc, start_timeout=start_timeout, use_mpi=use_mpi, use_gloo=use_gloo,
-        extra_mpi_args=extra_mpi_args, env=env, stdout=stdout, stderr=stderr, verbose=verbose, nics=nics,
-        prefix_output_with_timestamp=prefix_output_with_timestamp, executable=executable)
-    return run_with_options(fn, args, kwargs, options)
-
-
-def run_with_options(fn: Callable, args, kwargs: Optional[dict], options: SparkRunOptions) -> List[Any]:
-    """``run``'s body for callers that built and checked the options already: a Spark Connect stage
-    from a Spark Connect session, else a barrier job of the classic SparkContext."""
-    remote = spark_session.connect_session_in_use()
-    if remote is not None:
-        from .connect_driver import run_connect
-        return run_connect(remote, fn, args, kwargs, options)
+def run_barrier(fn: Callable, args, kwargs: Optional[dict], options: SparkRunOptions) -> List[Any]:
+    """``horovod_spark.run`` on a classic SparkSession: one barrier job of ``num_proc`` tasks,
+    each running one rank, with the driver hosting the service the tasks and ranks meet at."""
     sc = spark_session.active_spark_context(options.caller)
     options = options.with_default_num_proc(sc.defaultParallelism)
     num_proc, start_timeout, rank_env, use_mpi = (options.num_proc, options.start_timeout, dict(options.rank_env),
@@ -97,11 +65,11 @@ def run_with_options(fn: Callable, args, kwargs: Optional[dict], options: SparkR
     ok = False
     try:
         if use_mpi:
-            from .mpi_launch import MpiLauncher  # checks for mpirun before any job exists
+            from horovod_spark.spark.mpi.launch import MpiLauncher  # checks for mpirun before any job exists
             launcher = MpiLauncher(service, addrs[0], key, num_proc, sink, log, list(options.mpi_args or ()),
                                     list(options.nics))
         job.start()
-        results = supervise(service, job, launcher, start_timeout, log, spool)
+        results = wait_for_outcome(service, job, launcher, start_timeout, log, spool)
         ok = True
         return results
     finally:
