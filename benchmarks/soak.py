@@ -71,7 +71,7 @@ def parse_bytes(text):
 def run_soak(count=10000, num_proc=3, seed=1, max_bytes=16 << 20, configs=("default", "nofusion"),
              rss_tolerance_mib=2.0, fd_tolerance=0, timeout=3600.0, env=None):
     """Run the launches; return a report dict (see ``format_report``); ``report["passed"]``."""
-    from horovod_spark.runner.local import run_local
+    from horovod_spark.launcher import run_local
 
     unknown = [c for c in configs if c not in CONFIGS]
     if unknown:

@@ -6,9 +6,9 @@
 Both are resolved lazily so that ``import horovod_spark.torch`` (and the core bindings) never import pyspark.
 """
 _LAZY = {
-    "run": ("horovod_spark.spark.driver", "run"),
-    "run_elastic": ("horovod_spark.spark.elastic_run", "run_elastic"),
-    "HorovodRunner": ("horovod_spark.spark.horovod_runner", "HorovodRunner"),
+    "run": ("horovod_spark.spark.entry", "run"),
+    "run_elastic": ("horovod_spark.spark.elastic.run", "run_elastic"),
+    "HorovodRunner": ("horovod_spark.spark.notebook.horovod_runner", "HorovodRunner"),
 }
 
 

@@ -18,7 +18,7 @@ from typing import Any, Dict
 
 from pyspark.sql import DataFrame
 
-from horovod_spark.spark.connect_session import is_connect_dataframe
+from horovod_spark.session import is_connect_dataframe
 
 KEY_VERSION = "1"
 _SESSION_BOUND_LEAVES = ("LogicalRDD", "ExternalRDD")

@@ -97,5 +97,5 @@ def prepare_data(store, df: DataFrame, feature_cols: Sequence[str], label_cols: 
 def _input_partitions(df: DataFrame) -> int:
     """The input's partition count; 0 for a Spark Connect DataFrame, which has no RDD to ask
     (the write then repartitions to the chosen number of files)."""
-    from horovod_spark.spark.connect_session import is_connect_dataframe
+    from horovod_spark.session import is_connect_dataframe
     return 0 if is_connect_dataframe(df) else df.rdd.getNumPartitions()

@@ -62,7 +62,7 @@ def _configure_tensorflow(use_gpu: bool) -> bool:
         if not use_gpu:
             tf.config.set_visible_devices([], "GPU")
             return False
-        from horovod_spark.spark.gpus import rank_gpu
+        from horovod_spark.spark.task.gpus import rank_gpu
         gpu = gpus[rank_gpu(local_rank, len(gpus))]
         tf.config.set_visible_devices(gpu, "GPU")
         tf.config.experimental.set_memory_growth(gpu, True)

@@ -15,6 +15,7 @@ from typing import List, Optional, Sequence
 from horovod_spark.common import config
 from horovod_spark.exceptions import ConfigError
 from horovod_spark.launcher.local_job import LocalJob
+from horovod_spark.launcher.options import LocalRunOptions
 
 PROG = "horovod-spark-run"
 
@@ -27,14 +28,12 @@ class _Terminated(Exception):
         self.signum = signum
 
 
-def _positive_int(text: str) -> int:
+def _integer(text: str) -> int:
+    # Only the spelling; the value is checked with the job's other options (launcher/options.py).
     try:
-        value = int(text)
+        return int(text)
     except ValueError:
         raise argparse.ArgumentTypeError("must be a positive integer, got %r" % text) from None
-    if value < 1:
-        raise argparse.ArgumentTypeError("must be a positive integer (at least 1), got %d" % value)
-    return value
 
 
 def _positive_float(text: str) -> float:
@@ -67,7 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog=PROG,
         usage="%(prog)s -np N [options] command [args ...]",
         description="Run a command as N local horovod_spark ranks (e.g. '%(prog)s -np 2 python train.py').")
-    parser.add_argument("-np", "--num-proc", dest="num_proc", type=_positive_int, metavar="N",
+    parser.add_argument("-np", "--num-proc", dest="num_proc", type=_integer, metavar="N",
                         help="number of ranks to start (required)")
     parser.add_argument("--timeline-filename", metavar="FILE",
                         help="record a Horovod timeline to FILE (sets %s)" % config.TIMELINE.name)
@@ -100,7 +99,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         parser.error("missing the command to run, e.g. '%s -np %d python train.py'" % (PROG, args.num_proc))
     try:
         config.check_assignments(dict(a.partition("=")[::2] for a in args.env), "--env")
-    except ConfigError as exc:
+        args.options = LocalRunOptions.from_kwargs(PROG, num_proc=args.num_proc, env=rank_env_overrides(args))
+    except (ConfigError, TypeError, ValueError) as exc:
         parser.error(str(exc))
     return args
 
@@ -154,7 +154,7 @@ def _install_termination_handlers() -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
-    job = LocalJob(args.command, args.num_proc, rank_env_overrides(args))
+    job = LocalJob.from_options(args.command, args.options)
     previous_handlers = _install_termination_handlers()
     try:
         try:

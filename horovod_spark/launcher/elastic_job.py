@@ -22,24 +22,13 @@ from horovod_spark.exceptions import ElasticJobError, RankFailedError
 from horovod_spark.launcher import run_local_rank
 from horovod_spark.launcher.elastic_driver import ElasticDriver
 from horovod_spark.launcher.local_job import LOCAL_ADDR, rank_environment
+from horovod_spark.launcher.options import ElasticLocalOptions
 from horovod_spark.launcher.supervisor import RankSupervisor, describe_exit
 
 log = logging.getLogger(__name__)
 
 _POLL_S = 0.05
 _DISCOVER_EVERY_S = 1.0
-
-
-def _check_sizes(num_proc, min_num_proc, max_num_proc, reset_limit):
-    for name, value in (("num_proc", num_proc), ("min_num_proc", min_num_proc), ("max_num_proc", max_num_proc)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError("%s must be a positive integer, got %r" % (name, value))
-    if not min_num_proc <= num_proc <= max_num_proc:
-        raise ValueError("need min_num_proc <= num_proc <= max_num_proc, got %d, %d, %d"
-                         % (min_num_proc, num_proc, max_num_proc))
-    if reset_limit is not None and (isinstance(reset_limit, bool) or not isinstance(reset_limit, int)
-                                    or reset_limit < 0):
-        raise ValueError("reset_limit must be a whole number or None (unlimited), got %r" % (reset_limit,))
 
 
 class _ElasticLocalJob:
@@ -153,21 +142,25 @@ def run_elastic_local(fn: Callable[..., Any], args: Sequence[Any] = (), kwargs: 
     reset may wait for enough ranks. Raises ``ElasticJobError`` when the job cannot go on, and
     ``RankFailedError`` when ``fn`` raised on a rank.
     """
+    options = ElasticLocalOptions.from_kwargs(
+        "run_elastic_local", num_proc=num_proc, min_num_proc=min_num_proc, max_num_proc=max_num_proc,
+        reset_limit=reset_limit, elastic_timeout=elastic_timeout, discover_slots=discover_slots, env=env,
+        timeout=timeout, stdout=stdout, stderr=stderr, prefix_output=prefix_output)
+    return run_elastic_local_with_options(fn, args, kwargs, options)
+
+
+def run_elastic_local_with_options(fn: Callable[..., Any], args: Sequence[Any], kwargs: Optional[Mapping[str, Any]],
+                                   options: ElasticLocalOptions) -> List[Any]:
+    """``run_elastic_local``'s body, for callers that built and checked the options already."""
     import cloudpickle
 
-    min_num_proc = num_proc if min_num_proc is None else min_num_proc
-    max_num_proc = num_proc if max_num_proc is None else max_num_proc
-    _check_sizes(num_proc, min_num_proc, max_num_proc, reset_limit)
-    if elastic_timeout is None:
-        elastic_timeout = config.ELASTIC_TIMEOUT.get()
-    extra = {str(k): str(v) for k, v in (env or {}).items()}
-    config.check_assignments(extra, "env")
+    num_proc, timeout, discover_slots = options.num_proc, options.timeout, options.discover_slots
     base = dict(os.environ)
-    base.update(extra)
+    base.update(options.env)
     payload = source_pickle.dumps((fn, tuple(args), dict(kwargs or {})))
     argv = [sys.executable, "-m", "horovod_spark.launcher.run_local_rank"]
-    io = dict(stdout=stdout, stderr=stderr, prefix_output=prefix_output)
-    job = _ElasticLocalJob(argv, base, min_num_proc, max_num_proc, reset_limit, float(elastic_timeout), io)
+    job = _ElasticLocalJob(argv, base, options.min_num_proc, options.max_num_proc, options.reset_limit,
+                           options.elastic_timeout, options.io())
     deadline = None if timeout is None else time.monotonic() + timeout
     try:
         job.port = job.server.start()

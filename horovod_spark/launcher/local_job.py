@@ -20,6 +20,7 @@ from horovod_spark.common.kv_client import KVClient
 from horovod_spark.common.kv_server import KVStoreServer
 from horovod_spark.exceptions import RankFailedError
 from horovod_spark.launcher import cpu_binding, run_local_rank
+from horovod_spark.launcher.options import LocalRunOptions
 from horovod_spark.launcher.supervisor import RankExit, RankSupervisor
 
 log = logging.getLogger(__name__)
@@ -76,29 +77,38 @@ class LocalJob:
     """A KV service and ``num_proc`` local ranks of ``argv``; use as a context manager.
 
     ``env`` adds to (and overrides) our environment for the ranks; the rendezvous variables are
-    always the job's own.
+    always the job's own. ``LocalJob.from_options`` starts from options already checked.
     """
 
     def __init__(self, argv: Sequence[str], num_proc: int, env: Optional[Mapping[str, str]] = None, *,
                  stdout: Optional[TextIO] = None, stderr: Optional[TextIO] = None,
                  prefix_output: bool = True, kill_grace: float = 2.0):
-        if isinstance(num_proc, bool) or not isinstance(num_proc, int) or num_proc < 1:
-            raise ValueError("num_proc must be a positive integer, got %r" % (num_proc,))
+        options = LocalRunOptions.from_kwargs("LocalJob", num_proc=num_proc, env=env, stdout=stdout, stderr=stderr,
+                                              prefix_output=prefix_output)
+        self._setup(argv, options, kill_grace)
+
+    @classmethod
+    def from_options(cls, argv: Sequence[str], options: LocalRunOptions, kill_grace: float = 2.0) -> "LocalJob":
+        job = cls.__new__(cls)
+        job._setup(argv, options, kill_grace)
+        return job
+
+    def _setup(self, argv: Sequence[str], options: LocalRunOptions, kill_grace: float) -> None:
         if not argv:
             raise ValueError("no command to run")
         self.argv = list(argv)
-        self.num_proc = num_proc
+        self.num_proc = options.num_proc
         self.secret = wire.make_secret()
         self.run_scope = "local-" + uuid.uuid4().hex
         self.port: Optional[int] = None
         self.supervisor: Optional[RankSupervisor] = None
-        self._extra_env = {str(k): str(v) for k, v in (env or {}).items()}
-        config.check_assignments(self._extra_env, "env")
+        self._extra_env = dict(options.env)
         bind = config.CPU_BIND.get({**os.environ, **self._extra_env})
-        self.cpus: Optional[List[List[int]]] = cpu_binding.plan(num_proc) if bind else None
+        self.cpus: Optional[List[List[int]]] = cpu_binding.plan(self.num_proc) if bind else None
         self.server = KVStoreServer(self.secret, host=LOCAL_ADDR,
                                     tls=wire_tls.ServerTLS.from_env({**os.environ, **self._extra_env}))
-        self._io = dict(stdout=stdout, stderr=stderr, prefix_output=prefix_output, kill_grace=kill_grace)
+        self._io = dict(stdout=options.stdout, stderr=options.stderr, prefix_output=options.prefix_output,
+                        kill_grace=kill_grace)
 
     def start(self) -> "LocalJob":
         self.port = self.server.start()
@@ -172,14 +182,23 @@ def run_local(fn: Callable[..., Any], args: Sequence[Any] = (), kwargs: Optional
     raised. ``timeout`` (seconds, None: unlimited) bounds the whole run; past it the ranks are
     stopped and ``TimeoutError`` is raised. No process, thread or port outlives the call.
     """
+    options = LocalRunOptions.from_kwargs("run_local", num_proc=num_proc, env=env, timeout=timeout, stdout=stdout,
+                                          stderr=stderr, prefix_output=prefix_output)
+    return run_local_with_options(fn, args, kwargs, options)
+
+
+def run_local_with_options(fn: Callable[..., Any], args: Sequence[Any], kwargs: Optional[Mapping[str, Any]],
+                           options: LocalRunOptions) -> List[Any]:
+    """``run_local``'s body, for callers that built and checked the options already."""
     import cloudpickle
 
     if not callable(fn):
         raise TypeError("run_local needs a callable, got %r" % (fn,))
+    num_proc, timeout = options.num_proc, options.timeout
     # By-value code takes its file name and source lines along, for the ranks' tracebacks.
     payload = source_pickle.dumps((fn, tuple(args), dict(kwargs or {})))
     argv = [sys.executable, "-m", "horovod_spark.launcher.run_local_rank"]
-    with LocalJob(argv, num_proc, env, stdout=stdout, stderr=stderr, prefix_output=prefix_output) as job:
+    with LocalJob.from_options(argv, options) as job:
         scope = run_local_rank.launcher_scope(job.run_scope)
         with job.client() as client:
             client.put(scope, run_local_rank.SYS_PATH_KEY, wire.encode_message([p for p in sys.path if p]))

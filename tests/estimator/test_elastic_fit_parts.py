@@ -44,7 +44,7 @@ def test_elastic_is_off_by_default_and_its_sizes_need_it(tmp_path):
         check_common(_estimator(tmp_path, elastic=True, min_num_proc=3, max_num_proc=2))
     with pytest.raises(ValueError, match="need min_num_proc <= num_proc <= max_num_proc, got 4 <= 3 <= 3"):
         resolve_sizes(check_common(_estimator(tmp_path, elastic=True, min_num_proc=4)).elastic, 3)
-    from horovod_spark.spark.common.backend import SparkBackend
+    from horovod_spark.spark.backend import SparkBackend
     with pytest.raises(ValueError, match="drop backend="):
         check_common(_estimator(tmp_path, elastic=True, num_proc=None, backend=SparkBackend(num_proc=2)))
 

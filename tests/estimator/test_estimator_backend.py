@@ -19,7 +19,7 @@ torch = pytest.importorskip("torch")
 keras = pytest.importorskip("keras")
 
 from horovod_spark.estimator import KerasEstimator, TorchEstimator  # noqa: E402
-from horovod_spark.spark.common.backend import Backend, SparkBackend  # noqa: E402
+from horovod_spark.spark.backend import Backend, SparkBackend  # noqa: E402
 from horovod_spark.store import Store  # noqa: E402
 
 pytestmark = pytest.mark.timeout(600)

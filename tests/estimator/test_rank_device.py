@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from horovod_spark.estimator.common.rank_device import NO_GPU_LINE
-from horovod_spark.spark.gpus import choose_gpu
+from horovod_spark.spark.task.gpus import choose_gpu
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.timeout(300)
@@ -48,7 +48,7 @@ def test_choose_gpu_names_an_impossible_assignment(task_gpus, visible, count, me
 
 
 def test_rank_gpu_reads_spark_gpus_and_cuda_visible_devices(monkeypatch):
-    from horovod_spark.spark.gpus import rank_gpu
+    from horovod_spark.spark.task.gpus import rank_gpu
     monkeypatch.setenv("HOROVOD_SPARK_GPUS", "6")
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,6")
     assert rank_gpu(local_rank=0, device_count=2) == 1

@@ -38,7 +38,7 @@ def spark_conf(tmp_path_factory):
 def _where():
     import horovod_spark.torch as hvd
     from horovod_spark.spark import get_available_devices
-    from horovod_spark.spark.gpus import rank_gpu
+    from horovod_spark.spark.task.gpus import rank_gpu
     hvd.init()
     try:
         return get_available_devices(), rank_gpu(hvd.local_rank(), torch.cuda.device_count())

@@ -121,7 +121,7 @@ def test_command_line_refuses_bad_values_before_starting_ranks(argv, message):
 
 def test_run_local_and_spark_run_refuse_bad_values_in_env_before_starting_ranks():
     from horovod_spark.launcher import run_local
-    from horovod_spark.spark.driver import _rank_env
+    from horovod_spark.launcher.options import check_rank_env as _rank_env
     with pytest.raises(ConfigError, match="env: HOROVOD_SHM_RING_BYTES='10' is less than 65536"):
         run_local(print, env={"HOROVOD_SHM_RING_BYTES": "10"})
     with pytest.raises(ConfigError, match="env: HOROVOD_START_TIMEOUT='soon' is not a number of seconds"):

@@ -64,7 +64,7 @@ def test_launcher_names():
     import horovod_spark.runner.launch as runner_launch
     import horovod_spark.runner.local as runner_local
     from horovod_spark.launcher import cli, local_job
-    from horovod_spark.spark import driver
+    from horovod_spark.spark import entry as driver
 
     assert launcher.run_local is runner_local.run_local is local_job.run_local
     assert runner_launch.main is cli.main
@@ -100,5 +100,5 @@ def test_layers_import_nothing_above_them():
     launcher = _modules_loaded_by("import horovod_spark.launcher.cli, horovod_spark.launcher.local_job")
     assert not {m for m in launcher if m.startswith(("pyspark", "horovod_spark.spark", "horovod_spark.torch"))}
     # A Spark rank process starts with no pyspark (and no launcher) to import.
-    rank = _modules_loaded_by("import horovod_spark.spark.rank_main")
+    rank = _modules_loaded_by("import horovod_spark.spark.task.rank_main")
     assert not {m for m in rank if m.startswith(("pyspark", "horovod_spark.launcher"))}

@@ -9,8 +9,8 @@ import pytest
 
 from horovod_spark.common import wire
 from horovod_spark.common.kv_client import KVClient
-from horovod_spark.spark import results
-from horovod_spark.spark.driver_service import DriverService
+from horovod_spark.spark.driver import results
+from horovod_spark.spark.driver.service import DriverService
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ import pytest
 
 import horovod_spark
 from horovod_spark.spark import HorovodSparkError
-from horovod_spark.spark.driver import _with_stall_shutdown
+from horovod_spark.spark.run_options import with_stall_shutdown as _with_stall_shutdown
 
 pytest.importorskip("pyspark")
 pytestmark = pytest.mark.timeout(180)

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.timeout(120)
 _DRIVER = """
 import sys
 from horovod_spark.common import wire
-from horovod_spark.spark.driver_service import DriverService
+from horovod_spark.spark.driver.service import DriverService
 key = wire.make_secret()
 service = DriverService(key, 2, "job", lambda rank, chunks: None, host="127.0.0.1")
 print(service.start(), key.hex(), flush=True)

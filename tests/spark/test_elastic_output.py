@@ -7,8 +7,8 @@ from horovod_spark.common import wire
 from horovod_spark.common.kv_client import KVClient
 from horovod_spark.common.kv_server import KVStoreServer
 from horovod_spark.launcher.supervisor import RankSupervisor
-from horovod_spark.spark.elastic_output import OP_OUTPUT, DriverOutput, TaskOutput
-from horovod_spark.spark.output import OutputSink
+from horovod_spark.spark.driver.output import OutputSink
+from horovod_spark.spark.elastic.output import OP_OUTPUT, DriverOutput, TaskOutput
 
 
 def _service():

@@ -14,7 +14,7 @@ import pytest
 import horovod_spark
 from horovod_spark.exceptions import RankFailedError
 from horovod_spark.spark import HorovodRunner
-from horovod_spark.spark.driver_log import MARKER, RankOutputFilter
+from horovod_spark.spark.notebook.driver_log import MARKER, RankOutputFilter
 
 pyspark = pytest.importorskip("pyspark")
 

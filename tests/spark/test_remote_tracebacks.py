@@ -14,8 +14,8 @@ import cloudpickle
 import pytest
 
 import horovod_spark
+from horovod_spark.exceptions import RankFailedError
 from horovod_spark.launcher import run_local
-from horovod_spark.runner.errors import RankFailedError
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -48,10 +48,9 @@ def _fail_on_rank_1():
 
 
 def test_the_remote_session_is_dispatched_to_spark_connect(remote):
-    from horovod_spark.spark.connect_driver import is_connect_session
-    from horovod_spark.spark.driver import _connect_session
+    from horovod_spark.session import connect_session_in_use, is_connect_session
     assert is_connect_session(remote)
-    assert _connect_session() is remote
+    assert connect_session_in_use() is remote
 
 
 def test_run_returns_results_by_rank_and_the_ranks_output(remote):
@@ -90,10 +89,10 @@ def test_horovod_runner_returns_rank_zeros_result(remote, capsys):
 
 
 def test_cluster_facts_come_from_the_remote_sessions_configuration(remote):
-    from horovod_spark.spark import connect_cluster, session_cluster
-    from horovod_spark.spark.connect_driver import _report_interval_s
-    assert connect_cluster.master(remote) == "local[2]"
-    assert connect_cluster.known_slots(remote) == 2
-    assert session_cluster.default_parallelism(remote) == 2
-    assert session_cluster.active_session() is remote
+    from horovod_spark import session as session_facts
+    from horovod_spark.spark.connect.run import _report_interval_s
+    assert session_facts.master(remote) == "local[2]"
+    assert session_facts.known_slots(remote) == 2
+    assert session_facts.default_parallelism(remote) == 2
+    assert session_facts.active_session() is remote
     assert _report_interval_s(remote) == 2.0  # the server's default: progress reports every 2 s

@@ -19,7 +19,7 @@ import horovod_spark
 from horovod_spark.common import wire
 from horovod_spark.common.kv_client import KVClient
 from horovod_spark.spark import HorovodSparkError, RankFailedError, StartTimeoutError
-from horovod_spark.spark.driver_service import DriverService
+from horovod_spark.spark.driver.service import DriverService
 
 pyspark = pytest.importorskip("pyspark")
 
@@ -258,7 +258,7 @@ def _mpi_hvd():
 
 
 def _needs_mpi():
-    from horovod_spark.spark.mpi_launch import _mpirun
+    from horovod_spark.spark.mpi.launch import _mpirun
     if importlib.util.find_spec("mpi4py") is None:
         pytest.skip("MPI mode needs mpi4py")
     try:

@@ -69,7 +69,7 @@ class ParquetSource:
     @staticmethod
     def _session():
         from horovod_spark.exceptions import HorovodSparkError
-        from horovod_spark.spark.session_cluster import active_session
+        from horovod_spark.session import active_session
         try:
             return active_session()
         except HorovodSparkError as exc:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from horovod_spark.exceptions import ElasticJobError
+from horovod_spark.launcher.options import check_elastic_sizes
 
 
 @dataclass
@@ -48,9 +49,7 @@ def resolve_sizes(settings: ElasticSettings, num_proc: int):
     """(min_num_proc, max_num_proc) for a fit of ``num_proc`` ranks, or a ValueError naming the misfit."""
     low = 1 if settings.min_num_proc is None else settings.min_num_proc
     high = num_proc if settings.max_num_proc is None else settings.max_num_proc
-    if not low <= num_proc <= high:
-        raise ValueError("elastic fit: need min_num_proc <= num_proc <= max_num_proc, got %d <= %d <= %d; change "
-                         "min_num_proc or max_num_proc" % (low, num_proc, high))
+    check_elastic_sizes(num_proc, low, high, "elastic fit")
     return low, high
 
 
@@ -58,15 +57,15 @@ def run_elastic_fit(fn, spec, settings: ElasticSettings, num_proc: int, env, pri
     """Rank 0's result of ``fn(spec)`` run as an elastic job on Spark, its progress lines written to
     ``printer``; an ElasticJobError that says what was lost and what the fit's Params allow when
     the job cannot go on."""
-    import horovod_spark
+    from horovod_spark.spark.elastic.run import run_elastic_with_options
 
     from .elastic_progress import ProgressService
+    from .run_ranks import elastic_options
     low, high = resolve_sizes(settings, num_proc)
     try:
         with ProgressService(printer) as progress:
             spec = dataclasses.replace(spec, progress=progress.channel)
-            results = horovod_spark.run_elastic(fn, args=(spec,), num_proc=num_proc, min_num_proc=low,
-                                                max_num_proc=high, env=env, verbose=verbose)
+            results = run_elastic_with_options(fn, (spec,), None, elastic_options(num_proc, low, high, env, verbose))
     except ElasticJobError as exc:
         raise ElasticJobError("the elastic fit of run %s (num_proc=%d, min_num_proc=%d) stopped: %s. Its last "
                               "completed epoch is checkpointed: fit again with run_id=%r to resume from it, with a "

@@ -33,14 +33,14 @@ class ProgressService:
     """Listens for rank lines and writes them, as ``[rank]<stdout>:line``, to ``printer``."""
 
     def __init__(self, printer):
+        from horovod_spark import session
         from horovod_spark.common import wire
         from horovod_spark.common.kv_server import KVStoreServer
-        from horovod_spark.spark import driver as spark_driver
-        from horovod_spark.spark.driver_service import start_listening
+        from horovod_spark.spark.driver.service import driver_addresses, start_listening
 
-        sc = spark_driver._spark_context()
+        sc = session.active_spark_context("horovod_spark.run_elastic")
         key = wire.make_secret()
-        addrs = spark_driver._driver_addresses(sc)
+        addrs = driver_addresses(sc)
 
         def make(host):
             server = KVStoreServer(key, host=host)
@@ -84,7 +84,7 @@ class RemoteLines:
             return
         try:
             if self._client is None:
-                from horovod_spark.spark.task import connect_to_driver
+                from horovod_spark.spark.task.body import connect_to_driver
                 self._client, _ = connect_to_driver(self._channel.addrs, self._channel.port, self._channel.key,
                                                     "fit's progress service", io_timeout=_SEND_TIMEOUT_S)
             self._client.request(OP_LINE, self.rank, line)

@@ -11,8 +11,10 @@ import sys
 import uuid
 from dataclasses import dataclass
 
+from horovod_spark import session as spark_session
 from horovod_spark.exceptions import HorovodSparkError
-from horovod_spark.spark import preflight, session_cluster
+from horovod_spark.launcher.options import check_num_proc
+from horovod_spark.spark.driver import preflight
 
 from . import run_ranks
 from .checkpoint import CheckpointStore
@@ -45,8 +47,9 @@ def run_fit(est, source):
     plan = est._check_framework(cfg)
     source.check(cfg)
     session = source.spark_session()
-    num_proc = preflight.check_num_proc(
-        runner.num_proc if runner.num_proc is not None else session_cluster.default_parallelism(session), 1)
+    num_proc = check_num_proc(
+        runner.num_proc if runner.num_proc is not None else spark_session.default_parallelism(session),
+        run_ranks.FIT)
     out = runner.out or sys.stdout
 
     def log(level, text):
@@ -57,7 +60,7 @@ def run_fit(est, source):
     # Free task slots are checked now, before data preparation spends minutes of the cluster.
     try:
         if runner.on_spark:
-            session_cluster.check_cluster(session, num_proc, log)
+            preflight.check_session_cluster(session, num_proc, log)
     except HorovodSparkError as exc:
         raise ValueError("num_proc=%d cannot run on this cluster: %s" % (num_proc, exc)) from exc
 

@@ -10,7 +10,7 @@ import importlib
 
 from pyspark.ml.util import DefaultParamsReader, DefaultParamsWriter, MLReader, MLWriter
 
-from horovod_spark.spark.connect_session import is_connect_session
+from horovod_spark.session import is_connect_session
 
 FORMAT_VERSION = 1
 _MODEL_DIR = "model"

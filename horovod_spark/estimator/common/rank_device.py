@@ -1,6 +1,6 @@
 """The device a training rank uses, and the one line that says when use_gpu=True found no GPU.
 
-The GPU itself is chosen by ``horovod_spark.spark.gpus.rank_gpu`` (Spark's task resources, then
+The GPU itself is chosen by ``horovod_spark.spark.task.gpus.rank_gpu`` (Spark's task resources, then
 CUDA_VISIBLE_DEVICES, then the local rank). A rank without a CUDA device trains on CPU; rank 0
 then prints one line for the whole job, so a CPU cluster running with the default use_gpu=True
 learns it once, not once per rank or per step.
@@ -43,7 +43,7 @@ def torch_device(use_gpu: bool, hvd):
     import torch
     if not use_gpu:
         return torch.device("cpu")
-    from horovod_spark.spark.gpus import rank_gpu
+    from horovod_spark.spark.task.gpus import rank_gpu
     count = torch.cuda.device_count() if torch.cuda.is_available() else 0
     index = rank_gpu(hvd.local_rank(), count)
     if index is None:

@@ -8,7 +8,11 @@ import numbers
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional
 
-from horovod_spark.spark.common.backend import SparkBackend
+from horovod_spark.spark.backend import SparkBackend
+from horovod_spark.spark.run_options import ElasticSparkOptions, SparkRunOptions
+
+# How the fit names itself in the messages of the options it passes on.
+FIT = "fit"
 
 
 @dataclass
@@ -40,16 +44,27 @@ class RankRunner:
 
     def run(self, fn, args, num_proc: int, env: Dict[str, str], printer, verbose: int) -> List:
         """Results by rank of ``fn(*args)``; ``num_proc`` is the fit's resolved number of ranks."""
-        import horovod_spark
-        if self.backend is None:
-            return horovod_spark.run(fn, args=args, num_proc=num_proc, stdout=printer, verbose=verbose, env=env)
+        if self.on_spark:
+            from horovod_spark.spark.entry import run_with_options
+            return run_with_options(fn, args, None, self.spark_options(num_proc, env, printer, verbose))
+        return self.backend.run(fn, args=args, kwargs={}, env=env)
+
+    def spark_options(self, num_proc: int, env: Dict[str, str], printer, verbose: int) -> SparkRunOptions:
+        """The options of a fit's ``horovod_spark.run``: the SparkBackend's own settings win, except
+        stdout: the progress printer writes to it in turn."""
         if isinstance(self.backend, SparkBackend):
-            # The backend's own settings win, except stdout: the printer writes to it in turn.
             options = {"stdout": printer}
             if "verbose" not in self.backend.run_options:
                 options["verbose"] = verbose
-            return self.backend.run(fn, args=args, env=env, **options)
-        return self.backend.run(fn, args=args, kwargs={}, env=env)
+            return self.backend.run_options_for(env, **options)
+        return SparkRunOptions.from_kwargs(FIT, num_proc=num_proc, stdout=printer, verbose=verbose, env=env)
+
+
+def elastic_options(num_proc: int, min_num_proc: int, max_num_proc: int, env: Dict[str, str],
+                    verbose: int) -> ElasticSparkOptions:
+    """The options of an elastic fit's ``horovod_spark.run_elastic``."""
+    return ElasticSparkOptions.from_kwargs(FIT, num_proc=num_proc, min_num_proc=min_num_proc,
+                                           max_num_proc=max_num_proc, env=env, verbose=verbose)
 
 
 def choose(backend, num_proc: Optional[int]) -> RankRunner:

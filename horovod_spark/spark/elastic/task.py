@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
 from horovod_spark.common import config, elastic_rendezvous
+from horovod_spark.spark.task.body import DROP_ENV, connect_to_driver
 
-from .elastic_output import TaskOutput
-from .task import _DROP_ENV, connect_to_driver
+from .output import TaskOutput
 
 OP_REGISTER = "elastic_register"
 OP_EXIT = "elastic_exit"
@@ -38,7 +38,7 @@ def _connect(spec: ElasticTaskSpec):
 
 
 def _rank_env(spec: ElasticTaskSpec, addr: str, worker: int) -> Dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in _DROP_ENV}
+    env = {k: v for k, v in os.environ.items() if k not in DROP_ENV}
     env.update(spec.env)
     for variable in (config.RANK, config.SIZE, config.LOCAL_RANK, config.LOCAL_SIZE, config.CROSS_RANK,
                      config.CROSS_SIZE):

@@ -18,19 +18,19 @@ import time
 import uuid
 from typing import Any, Callable, Dict, List, Optional
 
+from horovod_spark import session as spark_session
 from horovod_spark.common import config, source_pickle, wire
 from horovod_spark.common.kv_client import KVClient
 from horovod_spark.common.kv_server import KVStoreServer
 from horovod_spark.exceptions import ElasticJobError, HorovodSparkError, RankFailedError
 from horovod_spark.launcher import run_local_rank
 from horovod_spark.launcher.elastic_driver import ElasticDriver
-from horovod_spark.launcher.elastic_job import _check_sizes
+from horovod_spark.spark.driver.output import OutputSink
+from horovod_spark.spark.driver.service import driver_addresses, start_listening
+from horovod_spark.spark.run_options import ElasticSparkOptions
 
-from . import driver as _driver
-from .driver_service import start_listening
-from .elastic_output import DriverOutput
-from .elastic_task import OP_EXIT, OP_REGISTER, ElasticTaskSpec, run_elastic_task
-from .output import OutputSink
+from .output import DriverOutput
+from .task import OP_EXIT, OP_REGISTER, ElasticTaskSpec, run_elastic_task
 
 log = logging.getLogger(__name__)
 
@@ -99,31 +99,35 @@ def run_elastic(fn: Callable, args=(), kwargs: Optional[dict] = None, num_proc: 
     they come, prefixed ``[worker]<stdout>:`` (to ``stdout``/``stderr`` if given, timestamped with
     ``prefix_output_with_timestamp``); ``verbose=0`` leaves out the driver's own lines about lost
     and joined workers."""
+    # Read before anything starts, so a bad value fails here rather than in a running job.
+    config.SPARK_ELASTIC_HEARTBEAT_TIMEOUT.get()
+    options = ElasticSparkOptions.from_kwargs(
+        "horovod_spark.run_elastic", num_proc=num_proc, min_num_proc=min_num_proc, max_num_proc=max_num_proc,
+        start_timeout=start_timeout, elastic_timeout=elastic_timeout, reset_limit=reset_limit, env=env,
+        stdout=stdout, stderr=stderr, verbose=verbose, nics=nics,
+        prefix_output_with_timestamp=prefix_output_with_timestamp, min_np=min_np, max_np=max_np,
+        executable=executable)
+    return run_elastic_with_options(fn, args, kwargs, options)
+
+
+def run_elastic_with_options(fn: Callable, args, kwargs: Optional[dict], options: ElasticSparkOptions) -> List[Any]:
+    """``run_elastic``'s body for callers that built and checked the options already."""
     import cloudpickle
 
-    # Read before anything starts, so a bad value fails here rather than in a running job.
     lost_after = config.SPARK_ELASTIC_HEARTBEAT_TIMEOUT.get()
-    sc = _driver._spark_context()
-    min_num_proc = min_np if min_num_proc is None else min_num_proc
-    max_num_proc = max_np if max_num_proc is None else max_num_proc
-    rank_env = _driver._rank_env(env)
-    chosen_nics = _driver._nics(nics)
-    if chosen_nics:
-        rank_env[config.GLOO_IFACE.name] = ",".join(chosen_nics)
-    num_proc = num_proc if num_proc is not None else sc.defaultParallelism
-    min_num_proc = num_proc if min_num_proc is None else min_num_proc
-    max_num_proc = num_proc if max_num_proc is None else max_num_proc
-    _check_sizes(num_proc, min_num_proc, max_num_proc, reset_limit)
-    start_timeout = _driver._start_timeout(start_timeout)
-    elastic_timeout = float(config.ELASTIC_TIMEOUT.get() if elastic_timeout is None else elastic_timeout)
+    sc = spark_session.active_spark_context(options.caller)
+    options = options.with_default_num_proc(sc.defaultParallelism)
+    num_proc, min_num_proc, max_num_proc = options.num_proc, options.min_num_proc, options.max_num_proc
+    reset_limit, start_timeout, elastic_timeout = options.reset_limit, options.start_timeout, options.elastic_timeout
+    rank_env, executable, out = dict(options.rank_env), options.executable, options.output
     job_id = "elastic-" + uuid.uuid4().hex
     secret = wire.make_secret()
-    addrs = _driver._driver_addresses(sc)
+    addrs = driver_addresses(sc)
     server = start_listening(lambda host: KVStoreServer(secret, host=host),
                              sc.getConf().get("spark.driver.bindAddress"), addrs)
     port = server.port
     edriver = ElasticDriver(server)
-    sink = OutputSink(stdout, stderr, prefix_output_with_timestamp)
+    sink = OutputSink(out.stdout, out.stderr, out.prefix_output_with_timestamp)
     DriverOutput(server, sink)
     # Every task attempt Spark may make (spark.task.maxFailures per partition) can become a worker.
     workers = _Workers(server, num_proc * max(1, int(sc.getConf().get("spark.task.maxFailures", "4"))))
@@ -148,7 +152,7 @@ def run_elastic(fn: Callable, args=(), kwargs: Optional[dict] = None, num_proc: 
 
         thread = threading.Thread(target=spark_job, name="run_elastic-job", daemon=True)
         thread.start()
-        say = sink.runner_message if verbose else (lambda text: None)
+        say = sink.runner_message if out.verbose else (lambda text: None)
         return _drive(server, secret, edriver, workers, scope, num_proc, min_num_proc, max_num_proc, reset_limit,
                       start_timeout, elastic_timeout, outcome, say, lost_after, cloudpickle)
     except ElasticJobError as exc:

@@ -1,4 +1,4 @@
-"""mpirun's remote-shell agent in MPI mode: ``python -m horovod_spark.spark.mpi_agent HOST CMD...``.
+"""mpirun's remote-shell agent in MPI mode: ``python -m horovod_spark.spark.mpi.agent HOST CMD...``.
 
 mpirun (Open MPI's rsh/ssh launcher) calls its agent once per host, as it would call ssh, with
 the command that starts its daemon there. Our "hosts" are the Spark tasks (``hs-rank-<partition>``),

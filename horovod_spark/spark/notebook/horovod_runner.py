@@ -59,11 +59,17 @@ class HorovodRunner:
         err = RankOutputFilter(self.driver_log_verbosity, cell=sys.stderr)
         try:
             if self.num_processor > 0:
-                from .driver import run
-                results = run(main, kwargs=kwargs, num_proc=self.num_processor, stdout=out, stderr=err)
+                from horovod_spark.spark.entry import run_with_options
+                from horovod_spark.spark.run_options import SparkRunOptions
+                options = SparkRunOptions.from_kwargs("HorovodRunner", num_proc=self.num_processor, stdout=out,
+                                                      stderr=err)
+                results = run_with_options(main, (), kwargs, options)
             else:
-                from horovod_spark.launcher import run_local
-                results = run_local(main, kwargs=kwargs, num_proc=-self.num_processor, stdout=out, stderr=err)
+                from horovod_spark.launcher.local_job import run_local_with_options
+                from horovod_spark.launcher.options import LocalRunOptions
+                options = LocalRunOptions.from_kwargs("HorovodRunner", num_proc=-self.num_processor, stdout=out,
+                                                      stderr=err)
+                results = run_local_with_options(main, (), kwargs, options)
         finally:
             out.close()
             err.close()

@@ -21,7 +21,7 @@ from typing import List, Optional, Sequence
 from horovod_spark.common import config
 from horovod_spark.exceptions import ConfigError, HorovodSparkError
 
-from .mpi_agent import host_name
+from .agent import host_name
 
 _TAG = re.compile(rb"^\[\d+,(\d+)\]<(stdout|stderr)>:(.*)$", re.S)
 _TAIL_LINES = 40
@@ -66,7 +66,7 @@ class MpiLauncher:
         self._mpirun = _mpirun()
         self._version = _major_version(self._mpirun)
         self._env = dict(os.environ)
-        agent = "%s -m horovod_spark.spark.mpi_agent" % sys.executable
+        agent = "%s -m horovod_spark.spark.mpi.agent" % sys.executable
         self._env.update({
             config.SPARK_AGENT_ADDR.name: driver_addr, config.SPARK_AGENT_PORT.name: str(service.port),
             config.SPARK_AGENT_KEY.name: key.hex(),
@@ -96,7 +96,7 @@ class MpiLauncher:
         if self._nics:
             cmd += ["--mca", "btl_tcp_if_include", ",".join(self._nics)]
         cmd += self._extra_args  # (last before the program, so they may override the above)
-        cmd += [python, "-m", "horovod_spark.spark.rank_main"]
+        cmd += [python, "-m", "horovod_spark.spark.task.rank_main"]
         return cmd
 
     def poll(self) -> None:

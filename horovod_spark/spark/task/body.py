@@ -17,16 +17,17 @@ from typing import Dict, List, Optional
 
 from horovod_spark.common import config, wire
 from horovod_spark.common.kv_client import KVClient
+from horovod_spark.spark.driver import results
+from horovod_spark.spark.mpi.task import MpiDaemonSlot
 
 from . import placement as placement_mod
-from . import results, run_dir
-from .mpi_task import MpiDaemonSlot
+from . import run_dir
+from .control import TaskControl
 from .rank_process import RankProcess
-from .task_control import TaskControl
 
 _STDERR_TAIL_LINES = 20
 # Spark worker plumbing the rank has no use for (and should not see).
-_DROP_ENV = ("PYTHON_WORKER_FACTORY_SECRET", "_PYSPARK_DRIVER_CONN_INFO_PATH", "SPARK_REUSE_WORKER",
+DROP_ENV = ("PYTHON_WORKER_FACTORY_SECRET", "_PYSPARK_DRIVER_CONN_INFO_PATH", "SPARK_REUSE_WORKER",
              "PYTHON_DAEMON_KILL_WORKER_ON_FLUSH_FAILURE")
 
 
@@ -120,7 +121,7 @@ class _Shipper:
 
 def rank_env(spec: TaskSpec, addr: str, place: placement_mod.Placement, gpus: List[str],
              workdir: str) -> Dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in _DROP_ENV}
+    env = {k: v for k, v in os.environ.items() if k not in DROP_ENV}
     env.update(spec.env)
     env.update(place.env())
     env.update({
@@ -209,7 +210,7 @@ def run_task(spec: TaskSpec, _iterator):
                 raise TimeoutError("mpirun did not start its daemon in the task of rank %d within "
                                    "start_timeout (%.3g s)" % (partition, spec.start_timeout))
         else:
-            proc = RankProcess([spec.python, "-m", "horovod_spark.spark.rank_main", workdir],
+            proc = RankProcess([spec.python, "-m", "horovod_spark.spark.task.rank_main", workdir],
                                env, shipper)
         control.watch(proc)
         while proc.wait(1.0) is None:

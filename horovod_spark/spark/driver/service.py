@@ -14,6 +14,7 @@ Ops added (all arguments are plain wire values; nothing is unpickled):
   exited(rank, returncode)                   -> None
   mpi_exec(rank, argv, env) / mpi_done(rank, seq, returncode) / mpi_wait(rank, seq, timeout)
 """
+import socket
 import time
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -44,6 +45,20 @@ def start_driver_service(key: bytes, num_proc: int, job_id: str, on_output, spar
     not this machine's own (a NAT or proxy address) cannot be listened on; then every interface is."""
     return start_listening(lambda host: DriverService(key, num_proc, job_id, on_output, host=host),
                            spark_bind_address, driver_addrs)
+
+
+def driver_addresses(sc) -> List[str]:
+    """The addresses the executors may reach this driver at: HOROVOD_SPARK_DRIVER_HOST when set,
+    else Spark's spark.driver.host and this host's own address."""
+    override = config.SPARK_DRIVER_HOST.get()
+    if override:
+        return [override]
+    addrs = [sc.getConf().get("spark.driver.host")]
+    try:
+        addrs.append(socket.gethostbyname(socket.gethostname()))
+    except OSError:
+        pass
+    return [a for i, a in enumerate(addrs) if a and a not in addrs[:i]]
 
 
 def start_listening(make_service, spark_bind_address: Optional[str], driver_addrs: Sequence[str]):

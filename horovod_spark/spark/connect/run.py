@@ -20,13 +20,14 @@ from typing import Any, List, Optional
 
 import cloudpickle
 
+from horovod_spark import session as spark_session
 from horovod_spark.common import config, wire, wire_tls
 from horovod_spark.exceptions import HorovodSparkError, SparkRankFailedError, StartTimeoutError
+from horovod_spark.spark.driver import preflight
+from horovod_spark.spark.driver.output import OutputSink
+from horovod_spark.spark.run_options import SparkRunOptions
 
-from . import connect_cluster, preflight
-from .connect_session import active_connect_session, is_connect_session  # noqa: F401 (re-exported)
-from .connect_task import SCHEMA, ConnectSpec, stage
-from .output import OutputSink
+from .task import SCHEMA, ConnectSpec, stage
 
 _STAGE_GRACE_S = 20.0
 _CONSEQUENTIAL = ("HorovodInternalError",)
@@ -35,7 +36,7 @@ _INTERRUPT_JOIN_S = 30.0
 
 def _report_interval_s(session) -> Optional[float]:
     """Spark Connect's progress report interval, None when the server sends no reports."""
-    text = connect_cluster._conf(session, "spark.connect.progress.reportInterval", "2s") or "2s"
+    text = spark_session.conf(session, "spark.connect.progress.reportInterval", "2s") or "2s"
     m = re.match(r"^\s*(-?\d+(?:\.\d+)?)\s*(ms|s|m|min)?\s*$", text)
     if not m:
         return 2.0
@@ -170,36 +171,29 @@ def _results(rows, num_proc: int, tag: str, sink: OutputSink, log) -> List[Any]:
     return [cloudpickle.loads(hub["results"][r]) for r in range(num_proc)]
 
 
-def run_connect(session, fn, args, kwargs, num_proc, start_timeout, use_mpi, use_gloo, extra_mpi_args, env, stdout,
-                stderr, verbose, nics, prefix_output_with_timestamp, executable) -> List[Any]:
-    """horovod_spark.run's body for a Spark Connect session (arguments already named as run's)."""
-    from . import driver
-    if num_proc is None:
-        num_proc = connect_cluster.default_parallelism(session)
-    num_proc = preflight.check_num_proc(num_proc, 1)
-    start_timeout = driver._start_timeout(start_timeout)
-    rank_env = driver._with_stall_shutdown(driver._rank_env(env))
-    if driver._use_mpi(use_mpi, use_gloo) or extra_mpi_args is not None:
+def run_connect(session, fn, args, kwargs, options: SparkRunOptions) -> List[Any]:
+    """horovod_spark.run's body for a Spark Connect session."""
+    if options.use_mpi or options.mpi_args is not None:
         raise HorovodSparkError(
             "use_mpi=True / extra_mpi_args cannot work over Spark Connect: mpirun runs on the driver and must reach "
             "the executors, and a Spark Connect client neither is the driver nor can reach them. Leave use_mpi unset "
             "(and HOROVOD_SPARK_USE_MPI off) to use horovod_spark's own transport, or use a classic SparkSession.")
-    nic_list = driver._nics(nics)
-    if nic_list:
-        rank_env[config.GLOO_IFACE.name] = ",".join(nic_list)
-    executable = driver._executable(executable)
+    options = options.with_default_num_proc(spark_session.connect_default_parallelism(session)
+                                            if options.num_proc is None else options.num_proc)
+    num_proc, start_timeout, rank_env = options.num_proc, options.start_timeout, dict(options.rank_env)
     call = preflight.serialize_call(fn, args, kwargs)
-    sink = OutputSink(stdout, stderr, prefix_output_with_timestamp)
+    out = options.output
+    sink = OutputSink(out.stdout, out.stderr, out.prefix_output_with_timestamp)
 
     def log(level: int, text: str) -> None:
-        if verbose >= level:
+        if out.verbose >= level:
             sink.runner_message(text)
 
-    connect_cluster.check_cluster(session, num_proc)
+    preflight.check_connect_cluster(session, num_proc)
     job_id = uuid.uuid4().hex
     spec = ConnectSpec(job_id=job_id, key=wire.make_secret(), num_proc=num_proc, call=call,
                        start_timeout=start_timeout, host_key_mode=config.SPARK_HOST_KEY.get(), env=rank_env,
-                       executable=executable, tls=wire_tls.enabled(),
+                       executable=options.executable, tls=wire_tls.enabled(),
                        max_result_bytes=config.SPARK_MAX_RESULT_BYTES.get())
     df = session.range(0, num_proc, 1, num_proc).mapInPandas(_stage_fn(spec), SCHEMA, barrier=True)
     interval = _report_interval_s(session)

@@ -20,8 +20,7 @@ import cloudpickle
 
 from horovod_spark.common import config
 from horovod_spark.common.kv_server import RequestError
-
-from . import run_dir
+from horovod_spark.spark.task import run_dir
 
 CHUNK_BYTES = 4 * 1024 * 1024
 # Unpickling needs about the pickle's size again on top of what the driver already uses.

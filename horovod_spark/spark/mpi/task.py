@@ -8,7 +8,7 @@ on to the ranks they start).
 import threading
 from typing import Optional
 
-from .rank_process import RankProcess
+from horovod_spark.spark.task.rank_process import RankProcess
 
 
 class MpiDaemonSlot:

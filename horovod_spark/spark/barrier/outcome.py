@@ -9,17 +9,17 @@ import time
 from typing import Any, List
 
 from horovod_spark.exceptions import HorovodSparkError, SparkRankFailedError, StartTimeoutError
+from horovod_spark.spark.driver.results import ResultSpool
+from horovod_spark.spark.driver.service import DriverService
 
-from .driver_service import DriverService
 from .job import BarrierJob
-from .results import ResultSpool
 
 _STAGE_POLL_S = 1.0
 _MPI_POLL_S = 0.2
 _MPI_REPORT_GRACE_S = 2.0
 
 
-def supervise(service: DriverService, job: BarrierJob, launcher, start_timeout: float, log,
+def wait_for_outcome(service: DriverService, job: BarrierJob, launcher, start_timeout: float, log,
               spool: ResultSpool) -> List[Any]:
     started = time.monotonic()
     deadline = started + start_timeout

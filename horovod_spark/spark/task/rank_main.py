@@ -1,4 +1,4 @@
-"""Entry point of a rank process: ``python -m horovod_spark.spark.rank_main [WORKDIR]``.
+"""Entry point of a rank process: ``python -m horovod_spark.spark.task.rank_main [WORKDIR]``.
 
 The Spark task (our parent, inside the Python worker) has already set the rendezvous
 environment, so ``hvd.init()`` in fn needs no arguments. WORKDIR holds ``call.pkl`` (cloudpickled
@@ -34,7 +34,7 @@ def _die_with_parent() -> None:
 
 
 def _write_atomic(path: str, data: bytes) -> None:
-    from horovod_spark.spark.run_dir import write_private
+    from horovod_spark.spark.task.run_dir import write_private
     tmp = path + ".tmp"
     write_private(tmp, data)
     os.replace(tmp, path)

@@ -23,10 +23,9 @@ from typing import Dict, List, Optional
 import cloudpickle
 
 from horovod_spark.common import wire_tls
-
-from .driver_service import DriverService
-from .results import ResultSpool
-from .task import TaskSpec, run_task
+from horovod_spark.spark.driver.results import ResultSpool
+from horovod_spark.spark.driver.service import DriverService
+from horovod_spark.spark.task.body import TaskSpec, run_task
 
 SCHEMA = "partition long, report binary"
 # Rank output kept in rank 0's task for the client; beyond it lines are dropped and counted.
@@ -83,7 +82,7 @@ class _OutputLog:
 
 
 class RankZeroHub:
-    """The service in rank 0's task, plus what the classic driver's supervise() does with it:
+    """The service in rank 0's task, plus what the classic driver's wait_for_outcome() does with it:
     stop every rank once one failed, and wait until all confirmed their processes are gone."""
 
     def __init__(self, spec: ConnectSpec):
