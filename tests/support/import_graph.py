@@ -7,9 +7,10 @@ function, under ``if TYPE_CHECKING``): a lazy import is still a dependency. The 
 - cycles: no two modules import each other, directly or through others;
 - private names: a name with one leading underscore is used only in the module that defines it,
   and a private module (``pkg/_x.py``, the extension ``common/_core``) only inside its package;
-- aliases: Horovod's import paths only re-export: docstring, imports, ``__all__``, at most the lazy
-  ``__getattr__`` that resolves a table (``_EXPORTS``) of canonical names, and for ``python -m`` the
-  ``if __name__ == "__main__"`` call of the canonical entry point.
+- aliases: Horovod's import paths only re-export: docstring, imports, ``__all__``, a second name for
+  an imported object, at most the lazy ``__getattr__`` that resolves a table (``_EXPORTS`` or
+  ``_NAMES``) of canonical names, and for ``python -m`` the ``if __name__ == "__main__"`` call of
+  the canonical entry point.
 """
 import ast
 import os
@@ -36,7 +37,7 @@ LAYERS: Dict[str, Set[str]] = {
 
 # Horovod's import paths (and older names of ours): modules or packages that only re-export.
 ALIASES = ("horovod_spark.runner", "horovod_spark.spark.common", "horovod_spark.spark.torch",
-           "horovod_spark.spark.keras", "horovod_spark.spark.lightning", "horovod_spark.common.exceptions",
+           "horovod_spark.spark.keras", "horovod_spark.common.exceptions",
            "horovod_spark.tensorflow.keras")
 
 
@@ -184,9 +185,9 @@ def _alias_problems(module: Module) -> List[Tuple[str, int, str]]:
             continue
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             continue
-        if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] in (["__all__"],
-                                                                                               ["_EXPORTS"]):
-            continue
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) \
+                and (node.targets[0].id in ("__all__", "_EXPORTS", "_NAMES") or isinstance(node.value, ast.Name)):
+            continue  # the export table, or a second name for an imported object (Horovod's spelling)
         if isinstance(node, ast.FunctionDef) and node.name == "__getattr__":
             continue
         if isinstance(node, ast.If) and ast.unparse(node.test) in ("__name__ == '__main__'",):
