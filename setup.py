@@ -28,7 +28,7 @@ EXTRAS_REQUIRE = {
     "keras": ["keras>=3.10"],
     "store": ["fsspec>=2024.2"],
     # horovod_spark.lightning: the unified `lightning` package (lightning.pytorch), not pytorch-lightning.
-    "lightning": ["lightning>=2.2,<2.7", "torch>=2.13"],
+    "lightning": ["lightning>=2.4,<2.7", "torch>=2.13"],
 }
 sources = sorted(glob.glob("native/**/*.cc", recursive=True))
 

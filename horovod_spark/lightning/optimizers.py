@@ -5,6 +5,7 @@ the schedulers hold the unwrapped optimizers; ``follow_wrapped`` points them at 
 which share the same param groups (an LR a scheduler sets is the LR the wrapped optimizer uses).
 """
 import functools
+import weakref
 
 import horovod_spark.torch as hvd
 
@@ -36,12 +37,16 @@ def _counting_step(optimizer):
     """``optimizer.step`` marked as torch's LR schedulers mark the step of the optimizer they were
     built on, so that a scheduler moved to ``optimizer`` does not warn that its step was replaced
     or was never called."""
-    step = optimizer.step
+    # Neither the optimizer nor its bound step is held: a cycle through the optimizer would keep
+    # it, and its gradient hooks, alive after the fit until the garbage collector ran.
+    optimizer_ref = weakref.ref(optimizer)
+    step = type(optimizer).step
 
     @functools.wraps(step)
     def counted(*args, **kwargs):
-        optimizer._opt_called = True
-        return step(*args, **kwargs)
+        target = optimizer_ref()
+        target._opt_called = True
+        return step(target, *args, **kwargs)
 
     counted._wrapped_by_lr_sched = True
     return counted

@@ -6,7 +6,7 @@ message naming the extra, not with an ImportError from deep inside Lightning.
 """
 EXTRA = "lightning"
 INSTALL_HINT = "pip install 'horovod_spark[%s]'" % EXTRA
-MINIMUM_VERSION = (2, 2)
+MINIMUM_VERSION = (2, 4)
 
 
 def _release(version: str):

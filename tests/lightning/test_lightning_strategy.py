@@ -169,16 +169,25 @@ def test_collectives_ranks_and_evaluation():
         assert out["validated"] == pytest.approx(full_loss, rel=1e-6)
 
 
-def _conflicting_passes():
+def _fit_twice_after_a_refused_fit():
     from horovod_spark.lightning import HorovodStrategy
-    trainer = lt.trainer(HorovodStrategy(backward_passes_per_step=2))
+    module = lt.make_module(lt.rank())
+    refused = lt.trainer(HorovodStrategy(backward_passes_per_step=2))
     with pytest.raises(ValueError, match="accumulate_grad_batches=2"):
-        trainer.fit(lt.make_module(lt.rank()), lt.loader())
-    return True
+        refused.fit(module, lt.loader())
+    # A second fit of the same module: the first fit's wrapped optimizer (and its gradient hooks) must
+    # be gone, or they would count the second fit's backward passes too.
+    for epochs in (1, 2):
+        lt.trainer(HorovodStrategy(), max_epochs=epochs).fit(module, lt.loader())
+    return [p.detach().clone() for p in module.parameters()]
 
 
-def test_backward_passes_per_step_under_automatic_optimization_names_the_trainer_setting():
-    assert run_local(_conflicting_passes, num_proc=2, timeout=180) == [True, True]
+def test_a_module_fits_again_and_misplaced_backward_passes_are_refused():
+    weights0, weights1 = run_local(_fit_twice_after_a_refused_fit, num_proc=2, timeout=180)
+    for a, b in zip(weights0, weights1):
+        assert torch.equal(a, b)
+    # (Each fit restarts the LR schedule: the weights need only have moved from rank 0's start.)
+    assert not torch.equal(weights0[0], lt.initial_layer(0).weight.detach())
     with pytest.raises(ValueError, match="backward_passes_per_step"):
         from horovod_spark.lightning import HorovodStrategy
         HorovodStrategy(backward_passes_per_step=0)
