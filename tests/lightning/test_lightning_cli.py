@@ -6,7 +6,7 @@ import textwrap
 
 import pytest
 
-pytest.importorskip("lightning", reason="Lightning is not installed (pip install 'horovod_spark[lightning]')")
+pytest.importorskip("lightning.pytorch", reason="Lightning is not installed (pip install 'horovod_spark[lightning]')")
 
 import torch  # noqa: E402
 from support import TESTS_DIR  # noqa: E402

@@ -2,7 +2,7 @@
 import cloudpickle
 import pytest
 
-pytest.importorskip("lightning", reason="Lightning is not installed (pip install 'horovod_spark[lightning]')")
+pytest.importorskip("lightning.pytorch", reason="Lightning is not installed (pip install 'horovod_spark[lightning]')")
 pytest.importorskip("pyspark")
 
 from support import lightning_training as lt  # noqa: E402

@@ -6,7 +6,7 @@ import os
 import pytest
 import torch
 
-pytest.importorskip("lightning", reason="Lightning is not installed (pip install 'horovod_spark[lightning]')")
+pytest.importorskip("lightning.pytorch", reason="Lightning is not installed (pip install 'horovod_spark[lightning]')")
 
 from support import lightning_training as lt  # noqa: E402
 
