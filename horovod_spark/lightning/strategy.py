@@ -14,7 +14,6 @@ gradients, as Horovod recommends. Under automatic optimization the DistributedOp
 ``backward_passes_per_step`` follows ``Trainer(accumulate_grad_batches=...)`` (also when a
 GradientAccumulationScheduler changes it), so gradient accumulation sends one allreduce per step.
 """
-from contextlib import ExitStack
 from typing import Any, Callable, Dict, List, Optional, Union
 
 from horovod_spark.lightning.requirement import require_lightning
@@ -80,7 +79,6 @@ class HorovodStrategy(ParallelStrategy):
         self._optimizer_options = dict(compression=compression, gradient_predivide_factor=gradient_predivide_factor,
                                        groups=groups, sparse_as_dense=sparse_as_dense)
         self._unwrapped: List[torch.optim.Optimizer] = []  # what configure_optimizers returned, in order
-        self._skipping_sync: Optional[ExitStack] = None
 
     # -- the job and its ranks -------------------------------------------------------------------
 
