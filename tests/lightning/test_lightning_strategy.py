@@ -42,7 +42,7 @@ def test_manual_optimization_averages_at_each_step():
 def _fit_with_early_stopping():
     import lightning.pytorch as pl
 
-    class Watched(lt._module_class()):
+    class Watched(lt.module_class()):
         """Logs ``watched`` unsynced: it keeps falling on rank 0 and stops falling after epoch 1 on
         rank 1, so only rank 1 would stop by itself."""
 

@@ -88,7 +88,7 @@ def rank():
     return int(os.environ["HOROVOD_RANK"])
 
 
-def _module_class():
+def module_class():
     import lightning.pytorch as pl
 
     class Regression(pl.LightningModule):
@@ -139,7 +139,7 @@ def _module_class():
 
 
 def make_module(seed, manual_passes=0):
-    return _module_class()(seed, manual_passes)
+    return module_class()(seed, manual_passes)
 
 
 def trainer(strategy, **kwargs):
