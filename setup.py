@@ -27,6 +27,8 @@ EXTRAS_REQUIRE = {
     # different distributions of the same package.
     "keras": ["keras>=3.10"],
     "store": ["fsspec>=2024.2"],
+    # horovod_spark.lightning: the unified `lightning` package (lightning.pytorch), not pytorch-lightning.
+    "lightning": ["lightning>=2.4,<2.7", "torch>=2.13"],
 }
 sources = sorted(glob.glob("native/**/*.cc", recursive=True))
 
