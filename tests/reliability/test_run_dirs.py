@@ -14,7 +14,8 @@ import cloudpickle
 import pytest
 
 import horovod_spark
-from horovod_spark.spark import HorovodSparkError, run_dir
+from horovod_spark.spark import HorovodSparkError
+from horovod_spark.spark.task import run_dir
 
 pytest.importorskip("pyspark")
 pytestmark = pytest.mark.timeout(180)
