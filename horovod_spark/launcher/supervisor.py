@@ -6,8 +6,9 @@ with stdout/stderr piped into one pump thread that writes them to ours, line by 
 pieces, each but the last marked as continuing (``common/line_sink.py``). The supervisor reports the first rank to fail;
 ``stop()`` then ends every group (SIGTERM, then SIGKILL after a grace period) and drains output.
 
-Ranks are started through a tiny exec shim that asks Linux to SIGKILL them if the supervising thread
-dies (``PR_SET_PDEATHSIG``), so even a SIGKILLed launcher leaves no ranks behind.
+Ranks are started through ``rank_reaper.py``, which Linux SIGKILLs if the supervising thread dies
+(``PR_SET_PDEATHSIG``, passed on to the rank), so even a SIGKILLed launcher leaves no ranks behind;
+as a child subreaper it also ends whatever the rank started, detached or not, when the rank ends.
 """
 import collections
 import os
@@ -23,33 +24,10 @@ from horovod_spark.common.line_sink import MAX_LINE_BYTES, LineAssembler, marked
 
 OUTPUT_PREFIX = "[{rank}]<{stream}>:"
 
-# Runs in the child with -I -S (no site, ~10 ms): arm the parent-death signal, make sure the parent
-# did not die before that, bind to the rank's CPUs ("-": none) while no thread exists that would keep
-# the old mask, then become the real command. PR_SET_PDEATHSIG and the CPU mask survive exec.
-_EXEC_SHIM = r"""
-import os, sys
-try:
-    import ctypes, signal
-    ctypes.CDLL(None).prctl(1, signal.SIGKILL)
-except Exception:
-    pass
-if os.getppid() != int(sys.argv[1]):
-    os._exit(137)
-if sys.argv[2] != "-":
-    try:
-        os.sched_setaffinity(0, [int(c) for c in sys.argv[2].split(",")])
-    except OSError as e:
-        sys.stderr.write("cannot bind this rank to CPUs %s: %s; HOROVOD_CPU_BIND=0 leaves the ranks' placement "
-                         "to the OS\n" % (sys.argv[2], e.strerror))
-        sys.stderr.flush()
-        os._exit(126)
-try:
-    os.execvp(sys.argv[3], sys.argv[3:])
-except OSError as e:
-    sys.stderr.write("cannot execute %s: %s\n" % (sys.argv[3], e.strerror))
-    sys.stderr.flush()
-    os._exit(127)
-"""
+# Each rank runs under rank_reaper.py, with -I -S (no site, ~10 ms): it dies with the supervising
+# thread, binds the rank to its CPUs, and ends every process the rank started, however detached,
+# when the rank ends. The reaper ends them within half the kill grace, before ours runs out.
+_RANK_REAPER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "rank_reaper.py")
 
 _PIPE_CHUNK = 64 * 1024
 _TAIL_LINE_CHARS = 64 * 1024
@@ -254,8 +232,8 @@ class RankSupervisor:
         try:
             for rank, (argv, env) in enumerate(zip(self._argvs, self._envs)):
                 proc = subprocess.Popen(
-                    [sys.executable, "-I", "-S", "-c", _EXEC_SHIM, str(os.getpid()),
-                     self._cpus[rank] if self._cpus else "-"] + argv,
+                    [sys.executable, "-I", "-S", _RANK_REAPER, str(os.getpid()),
+                     self._cpus[rank] if self._cpus else "-", repr(self._kill_grace / 2)] + argv,
                     env=env, cwd=self._cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                     stderr=subprocess.PIPE, start_new_session=True, close_fds=True)
                 self._procs.append(proc)
