@@ -147,9 +147,9 @@ class StoreConnectionError(ConnectionError):
 
 
 class NonFiniteLossError(FloatingPointError):
-    """An estimator's training loss became NaN or infinite (``nonfinite_loss='raise'``, the default);
-    the message names the epoch, the step and the rank. Raised on the rank: the driver's
-    ``RankFailedError`` carries its name and message."""
+    """An estimator's training loss, or its model's weights at an epoch's end, became NaN or infinite
+    (``nonfinite_loss='raise'``, the default); the message names the epoch, the step and the rank.
+    Raised on the rank: the driver's ``RankFailedError`` carries its name and message."""
 
 
 class StoreAccessError(OSError):

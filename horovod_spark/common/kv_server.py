@@ -8,7 +8,9 @@ driver service) subclass it and ``add_handler`` their own ops, sharing the store
 Every connection gets its own thread and must first prove it holds the job's secret (the handshake
 of ``horovod_spark.common.wire``) within a few seconds. A connection that fails the handshake or a
 frame's MAC, replays a frame, announces an oversized length, or stalls is logged in one line and
-closed; nothing it sent is decoded, and other connections are unaffected. The accept loop outlives
+closed; nothing it sent is decoded, and other connections are unaffected. Those lines are
+rate-limited (``security_log.RateLimitedLog``): past a few per interval they are counted per source
+address and reason and summarised in one line, so an attacker cannot flood the driver's log. The accept loop outlives
 any error, running out of file descriptors included.
 """
 import errno
@@ -22,6 +24,7 @@ import time
 from typing import Any, Callable, Dict, Iterable, List, Optional, Set, Tuple
 
 from horovod_spark.common import config, wire, wire_tls
+from horovod_spark.common.security_log import RateLimitedLog
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +56,7 @@ class _Connection:
     def __init__(self, sock: socket.socket, peer: Tuple[str, int]):
         self.sock = sock
         self.who = "%s:%d" % peer[:2]
+        self.host = peer[0]
         self.accepted_at = time.monotonic()
         self.authenticated = False
         self.evicted = False
@@ -115,6 +119,7 @@ class KVStoreServer:
         self._conns_lock = threading.Lock()
         self._next_conn_id = 0
         self._last_refusal_log = 0.0
+        self._refusals = RateLimitedLog(log, "KV service")
 
         self.handlers: Dict[str, Callable[..., Any]] = {}
         self.add_handler("ping", lambda: "pong")
@@ -194,6 +199,7 @@ class KVStoreServer:
         for s in (self._listener, self._wake_r, self._wake_w):
             if s is not None:
                 s.close()
+        self._refusals.close()
 
     @staticmethod
     def _shutdown_socket(sock: socket.socket) -> None:
@@ -266,8 +272,9 @@ class KVStoreServer:
         conn = _Connection(sock, peer)
         with self._conns_lock:
             if self._stopping or len(self._conns) >= self.max_connections:
-                self._log_refusal("KV service: refusing connection from %s (%s)", conn.who,
-                                  "stopping" if self._stopping else "%d connections open" % len(self._conns))
+                self._refusals.warning(conn.host, "refused (stopping or too many connections)",
+                                       "KV service: refusing connection from %s (%s)", conn.who,
+                                       "stopping" if self._stopping else "%d connections open" % len(self._conns))
                 sock.close()
                 return
             self._evict_pending_locked(keep=self.max_unauthenticated - 1)
@@ -313,26 +320,29 @@ class KVStoreServer:
             session = wire.server_handshake(conn.sock, self._key, max(0.001, deadline - time.monotonic()),
                                             certificate_der=certificate)
         except Exception as exc:  # every failure closes this connection only; see _why_refused
-            reason = self._why_refused(conn, exc)
+            kind, reason = self._why_refused(conn, exc)
             if reason:
-                log.warning("KV service: %s", reason)
+                self._refusals.warning(conn.host, kind, "KV service: %s", reason)
             return None
         with self._conns_lock:
             conn.authenticated = True
         return session
 
-    def _why_refused(self, conn: _Connection, exc: Exception) -> str:
-        """The log line for a failed handshake, or "" when nothing needs saying (a clean hang-up)."""
+    def _why_refused(self, conn: _Connection, exc: Exception) -> Tuple[str, str]:
+        """(the reason's short name, the log line) for a failed handshake; the line is "" when
+        nothing needs saying (a clean hang-up)."""
         if conn.evicted:
-            return ("dropped connection from %s: still in the handshake when newer connections needed its place"
-                    % conn.who)
+            return "evicted in the handshake", ("dropped connection from %s: still in the handshake when newer "
+                                                "connections needed its place" % conn.who)
         if isinstance(exc, wire.ConnectionClosed) or self._stopping:
-            return ""
+            return "", ""
         if isinstance(exc, wire.AuthenticationError):
-            return "rejected connection from %s: %s" % (conn.who, exc)
+            return "rejected (wrong secret)", "rejected connection from %s: %s" % (conn.who, exc)
         if isinstance(exc, (TimeoutError, socket.timeout)):
-            return "dropped connection from %s: no handshake within %.1f s" % (conn.who, self.handshake_timeout)
-        return "connection from %s failed during the handshake: %s: %s" % (conn.who, type(exc).__name__, exc)
+            return "no handshake in time", ("dropped connection from %s: no handshake within %.1f s"
+                                            % (conn.who, self.handshake_timeout))
+        return ("failed handshake (%s)" % type(exc).__name__,
+                "connection from %s failed during the handshake: %s: %s" % (conn.who, type(exc).__name__, exc))
 
     def _wait_for_request(self, conn: _Connection) -> bool:
         """True when a request's first bytes arrived; False after idle_timeout or on hang-up."""
@@ -358,14 +368,16 @@ class KVStoreServer:
                 except wire.ConnectionClosed:
                     return  # clean close between requests
                 except wire.ReplayError as exc:
-                    log.warning("KV service: refused a frame from %s: %s", who, exc)
+                    self._refusals.warning(conn.host, "replayed frame", "KV service: refused a frame from %s: %s",
+                                           who, exc)
                     return
                 except wire.AuthenticationError as exc:
-                    log.warning("KV service: rejected connection from %s: %s", who, exc)
+                    self._refusals.warning(conn.host, "bad frame MAC", "KV service: rejected connection from %s: %s",
+                                           who, exc)
                     return
                 except (TimeoutError, socket.timeout):  # distinct types before Python 3.10
-                    log.warning("KV service: dropped connection from %s: request frame incomplete after %.0f s",
-                                who, self.read_timeout)
+                    self._refusals.warning(conn.host, "incomplete frame", "KV service: dropped connection from %s: "
+                                           "request frame incomplete after %.0f s", who, self.read_timeout)
                     return
                 except OSError as exc:
                     if not self._stopping:

@@ -17,6 +17,7 @@ class EstimatorCallback(keras.callbacks.Callback):
         self.trainer = trainer
         self._started = None
         self._epoch = 0
+        self._steps = 0
 
     def on_train_begin(self, logs=None):
         t = self.trainer
@@ -26,11 +27,13 @@ class EstimatorCallback(keras.callbacks.Callback):
     def on_epoch_begin(self, epoch, logs=None):
         self._started = time.monotonic()
         self._epoch = epoch
+        self._steps = 0
 
     def on_train_batch_end(self, batch, logs=None):
         # Keras' batch logs are running means over the epoch so far, as the Torch progress shows;
         # a mean turns NaN or infinite at the step whose loss did, so the step named is the culprit.
         values = _floats(logs)
+        self._steps = batch + 1
         if "loss" in values:
             self.trainer.loss_guard.check(values["loss"], self._epoch, batch)
         if self.trainer.reporter.enabled:
@@ -38,6 +41,8 @@ class EstimatorCallback(keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch, logs=None):
         t = self.trainer
+        # Before the checkpoint: an epoch whose weights went NaN is never written as one to resume from.
+        t.loss_guard.check_weights(_nonfinite_weights(self.model), epoch, self._steps)
         values = _floats(logs)
         # Elastic fits also record on how many ranks each epoch ran (a lost rank shows as fewer).
         t.history.append(dict(values, num_ranks=t.size) if t.spec.elastic else values)
@@ -49,6 +54,10 @@ class EstimatorCallback(keras.callbacks.Callback):
 
     def on_train_end(self, logs=None):
         self.trainer.reporter.train_end()
+
+
+def _nonfinite_weights(model) -> list:
+    return [getattr(v, "path", v.name) for v in model.weights if not np.isfinite(v.numpy()).all()]
 
 
 def _floats(logs) -> dict:

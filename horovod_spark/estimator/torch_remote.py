@@ -126,6 +126,8 @@ class _Trainer(RankTrainer):
         self._callback("on_epoch_begin", epoch)
         self.torch.manual_seed(_epoch_seed(self.spec.seed, epoch, self.rank))
         logs = self._train_epoch(epoch)
+        # Before the checkpoint: an epoch whose weights went NaN is never written as one to resume from.
+        self.loss_guard.check_weights(self._nonfinite_parameters(), epoch, self.train_reader.steps_per_epoch)
         if self.val_reader is not None:
             logs.update(self._validate(epoch))
         # Elastic fits also record on how many ranks each epoch ran (a lost rank shows as fewer).
@@ -193,6 +195,10 @@ class _Trainer(RankTrainer):
                 values.update(self._metrics(outputs, labels))
                 metrics.add({name: float(v) for name, v in values.items()}, len(labels[0]))
         return self._reduced(metrics, "val.%d" % epoch, "val_")
+
+    def _nonfinite_parameters(self):
+        with self.torch.no_grad():
+            return [name for name, p in self.model.named_parameters() if not self.torch.isfinite(p).all()]
 
     def _reduced(self, metrics, name, prefix):
         torch, hvd = self.torch, self.hvd

@@ -2,11 +2,13 @@
 
 Each rank runs in its own session (so its process group holds the rank and everything it forks),
 with stdout/stderr piped into one pump thread that writes them to ours, line by line, prefixed
-``[<rank>]<stdout>:`` / ``[<rank>]<stderr>:``. The supervisor reports the first rank to fail;
+``[<rank>]<stdout>:`` / ``[<rank>]<stderr>:``; a line longer than ``line_limit`` bytes goes out in
+pieces, each but the last marked as continuing (``common/line_sink.py``). The supervisor reports the first rank to fail;
 ``stop()`` then ends every group (SIGTERM, then SIGKILL after a grace period) and drains output.
 
-Ranks are started through a tiny exec shim that asks Linux to SIGKILL them if the supervising thread
-dies (``PR_SET_PDEATHSIG``), so even a SIGKILLed launcher leaves no ranks behind.
+Ranks are started through ``rank_reaper.py``, which Linux SIGKILLs if the supervising thread dies
+(``PR_SET_PDEATHSIG``, passed on to the rank), so even a SIGKILLed launcher leaves no ranks behind;
+as a child subreaper it also ends whatever the rank started, detached or not, when the rank ends.
 """
 import collections
 import os
@@ -16,39 +18,19 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Callable, Dict, List, Mapping, Optional, Sequence, TextIO
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, TextIO, Tuple
+
+from horovod_spark.common.line_sink import MAX_LINE_BYTES, LineAssembler, marked
 
 OUTPUT_PREFIX = "[{rank}]<{stream}>:"
 
-# Runs in the child with -I -S (no site, ~10 ms): arm the parent-death signal, make sure the parent
-# did not die before that, bind to the rank's CPUs ("-": none) while no thread exists that would keep
-# the old mask, then become the real command. PR_SET_PDEATHSIG and the CPU mask survive exec.
-_EXEC_SHIM = r"""
-import os, sys
-try:
-    import ctypes, signal
-    ctypes.CDLL(None).prctl(1, signal.SIGKILL)
-except Exception:
-    pass
-if os.getppid() != int(sys.argv[1]):
-    os._exit(137)
-if sys.argv[2] != "-":
-    try:
-        os.sched_setaffinity(0, [int(c) for c in sys.argv[2].split(",")])
-    except OSError as e:
-        sys.stderr.write("cannot bind this rank to CPUs %s: %s; HOROVOD_CPU_BIND=0 leaves the ranks' placement "
-                         "to the OS\n" % (sys.argv[2], e.strerror))
-        sys.stderr.flush()
-        os._exit(126)
-try:
-    os.execvp(sys.argv[3], sys.argv[3:])
-except OSError as e:
-    sys.stderr.write("cannot execute %s: %s\n" % (sys.argv[3], e.strerror))
-    sys.stderr.flush()
-    os._exit(127)
-"""
+# Each rank runs under rank_reaper.py, with -I -S (no site, ~10 ms): it dies with the supervising
+# thread, binds the rank to its CPUs, and ends every process the rank started, however detached,
+# when the rank ends. The reaper ends them within half the kill grace, before ours runs out.
+_RANK_REAPER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "rank_reaper.py")
 
 _PIPE_CHUNK = 64 * 1024
+_TAIL_LINE_CHARS = 64 * 1024
 
 
 def output_prefix(rank: int, stream: str) -> str:
@@ -84,13 +66,14 @@ class _OutputPump(threading.Thread):
     """One thread multiplexing every rank's pipes, so nothing blocks on a full pipe and the whole
     lot can be stopped at once."""
 
-    def __init__(self, prefix_output: bool, tail_lines: int):
+    def __init__(self, prefix_output: bool, tail_lines: int, line_limit: int):
         super().__init__(name="rank-output-pump", daemon=True)
         self._prefix_output = prefix_output
+        self._line_limit = line_limit
         self._sel = selectors.DefaultSelector()
         self._wake_r, self._wake_w = os.pipe()
         self._sel.register(self._wake_r, selectors.EVENT_READ, None)
-        self._partial: Dict[int, bytes] = {}
+        self._partial: Dict[int, LineAssembler] = {}
         self._write_lock = threading.Lock()
         self._deadline: Optional[float] = None
         self._open = 0
@@ -105,7 +88,7 @@ class _OutputPump(threading.Thread):
         """Register a pipe; only before ``start()`` (selectors are not thread-safe)."""
         os.set_blocking(fd, False)
         self._sel.register(fd, selectors.EVENT_READ, (rank, stream, sink))
-        self._partial[fd] = b""
+        self._partial[fd] = LineAssembler(self._line_limit)
         self._open += 1
 
     def run(self) -> None:
@@ -150,25 +133,21 @@ class _OutputPump(threading.Thread):
             os.close(fd)
             self._open -= 1
             return
-        data = self._partial[fd] + data
-        *lines, rest = data.split(b"\n")
-        if len(rest) >= _PIPE_CHUNK:  # a very long line without newline: emit what we have
-            lines.append(rest)
-            rest = b""
-        self._partial[fd] = rest
-        self._emit(lines, rank, stream, sink)
+        self._emit(self._partial[fd].feed(data), rank, stream, sink)
 
     def _flush_partial(self, fd: int, rank: int, stream: str, sink: TextIO) -> None:
-        rest = self._partial.pop(fd, b"")
+        lines = self._partial.pop(fd, None)
+        rest = lines.rest() if lines is not None else b""
         if rest:
-            self._emit([rest], rank, stream, sink)
+            self._emit([(rest, True)], rank, stream, sink)
 
-    def _emit(self, lines: List[bytes], rank: int, stream: str, sink: TextIO) -> None:
+    def _emit(self, lines: List[Tuple[bytes, bool]], rank: int, stream: str, sink: TextIO) -> None:
         if not lines:
             return
-        texts = [line.decode("utf-8", "replace") for line in lines]
+        texts = [marked(line.decode("utf-8", "replace"), complete) for line, complete in lines]
         if stream == "stderr":
-            self.tails[rank].extend(texts)
+            # The tail feeds failure messages: the first 64 KiB of a line say enough there.
+            self.tails[rank].extend(t if len(t) <= _TAIL_LINE_CHARS else t[:_TAIL_LINE_CHARS] + " [...]" for t in texts)
         prefix = output_prefix(rank, stream) if self._prefix_output else ""
         with self._write_lock:
             try:
@@ -194,13 +173,14 @@ class RankSupervisor:
 
     ``stdout``/``stderr`` are text streams (default: ``sys.stdout``/``sys.stderr`` at ``start()``).
     ``kill_grace`` is how long a rank may take to exit after SIGTERM before it gets SIGKILL.
+    ``line_limit``: the longest line, in bytes, written whole; a longer one goes out in marked pieces.
     """
 
     def __init__(self, argvs: Sequence[Sequence[str]], envs: Sequence[Mapping[str, str]], *,
                  cwd: Optional[str] = None, stdout: Optional[TextIO] = None, stderr: Optional[TextIO] = None,
                  prefix_output: bool = True, tail_lines: int = 100, kill_grace: float = 2.0,
                  on_exit: Optional[Callable[[int, int], None]] = None, first_label: int = 0,
-                 cpus: Optional[Sequence[Sequence[int]]] = None):
+                 cpus: Optional[Sequence[Sequence[int]]] = None, line_limit: int = MAX_LINE_BYTES):
         if len(argvs) != len(envs):
             raise ValueError("one argv and one environment per rank (got %d and %d)" % (len(argvs), len(envs)))
         if cpus is not None and len(cpus) != len(argvs):
@@ -219,7 +199,7 @@ class RankSupervisor:
         self._cpus = [",".join(str(c) for c in rank_cpus) for rank_cpus in cpus] if cpus else None
         self._procs: List[subprocess.Popen] = []
         self._returncodes: Dict[int, int] = {}
-        self._pump = _OutputPump(prefix_output, tail_lines)
+        self._pump = _OutputPump(prefix_output, tail_lines, line_limit)
         self._started = False
         self._stopped = False
 
@@ -252,8 +232,8 @@ class RankSupervisor:
         try:
             for rank, (argv, env) in enumerate(zip(self._argvs, self._envs)):
                 proc = subprocess.Popen(
-                    [sys.executable, "-I", "-S", "-c", _EXEC_SHIM, str(os.getpid()),
-                     self._cpus[rank] if self._cpus else "-"] + argv,
+                    [sys.executable, "-I", "-S", _RANK_REAPER, str(os.getpid()),
+                     self._cpus[rank] if self._cpus else "-", repr(self._kill_grace / 2)] + argv,
                     env=env, cwd=self._cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                     stderr=subprocess.PIPE, start_new_session=True, close_fds=True)
                 self._procs.append(proc)

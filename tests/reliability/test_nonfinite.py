@@ -45,6 +45,28 @@ def test_nan_loss_stops_a_torch_fit_naming_epoch_and_step(spark, tmp_path):
     assert "NonFiniteLossError" in text and "epoch 1, step 1" in text, text
 
 
+class _ZeroUnlessPositive(torch.nn.Module):
+    """relu that maps NaN to 0 (torch's own relu keeps NaN), as TensorFlow's does."""
+
+    def forward(self, h):
+        return torch.where(h > 0, h, torch.zeros_like(h))
+
+
+def test_nan_weights_behind_a_finite_loss_stop_a_torch_fit(spark, tmp_path):
+    # The first NaN row turns the first layer's weight NaN; from then on every hidden value is NaN,
+    # mapped to 0, and the loss stays finite.
+    df = spark.createDataFrame(_rows(nan_every=5), ["x", "y"])
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(1, 4), _ZeroUnlessPositive(), torch.nn.Linear(4, 1))
+    est = TorchEstimator(num_proc=2, model=model, optimizer=torch.optim.SGD(model.parameters(), lr=1e-3),
+                         loss=torch.nn.functional.mse_loss, feature_cols=["x"], label_cols=["y"], batch_size=4,
+                         epochs=2, shuffle=False, random_seed=1, store=Store.create(str(tmp_path)), verbose=0)
+    with pytest.raises(RankFailedError) as info:
+        est.fit(df)
+    text = str(info.value)
+    assert "NonFiniteLossError" in text and "after epoch 1, step 2" in text and "'0.weight'" in text, text
+
+
 def test_nonfinite_loss_warn_trains_on_and_warns(spark, tmp_path, capsys):
     df = spark.createDataFrame(_rows(nan_every=1), ["x", "y"])
     model = _torch_estimator(Store.create(str(tmp_path)), nonfinite_loss="warn").fit(df)

@@ -1,4 +1,5 @@
-"""A NaN training loss stops a KerasEstimator fit with an error naming the epoch and step."""
+"""A NaN training loss, or NaN weights behind a finite loss, stop a KerasEstimator fit with an error naming
+the epoch, step and rank."""
 import math
 import sys
 
@@ -34,3 +35,26 @@ def test_nan_loss_stops_a_keras_fit_naming_epoch_and_step(spark, tmp_path):
         est.fit(df)
     text = str(info.value)
     assert "NonFiniteLossError" in text and "in epoch 1, step" in text, text
+
+
+def _classifier():
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input((2,), name="x")
+    hidden = keras.layers.Dense(8, activation="relu")(inputs)
+    model = keras.Model(inputs, keras.layers.Dense(3, activation="softmax")(hidden))
+    model.compile(optimizer=keras.optimizers.SGD(1e-2), loss="sparse_categorical_crossentropy")
+    return model
+
+
+def test_nan_features_stop_a_keras_fit_whose_loss_stays_finite(spark, tmp_path):
+    # The first NaN row turns the hidden layer's kernel NaN; from then on relu maps every NaN
+    # activation to 0 and the loss stays finite, so the loss alone never shows the NaN weights.
+    rows = [([math.nan, 1.0] if i % 4 == 3 else [float(i % 3), 1.0], i % 3) for i in range(32)]
+    df = spark.createDataFrame(rows, ["x", "y"]).coalesce(1)
+    est = KerasEstimator(num_proc=2, model=_classifier(), feature_cols=["x"], label_cols=["y"], batch_size=4,
+                         epochs=2, shuffle=False, random_seed=1, store=Store.create(str(tmp_path)), verbose=0)
+    with pytest.raises(RankFailedError) as info:
+        est.fit(df)
+    text = str(info.value)
+    assert "NonFiniteLossError" in text and "epoch 1, step 4" in text and "on rank" in text, text
+    assert "weights" in text and "validate_finite=True" in text, text

@@ -3,7 +3,9 @@
 
 A NaN loss otherwise trains on silently: every later step is NaN and the fit returns a model of
 NaN weights. The loss check costs nothing extra: the per-step logs already bring the loss to the
-host as a Python float.
+host as a Python float. The loss alone can stay finite while the weights are NaN (an activation
+that maps NaN to 0, such as TensorFlow's relu, or a loss that clips its input), so the weights are
+checked too, once per epoch: one pass over them, small beside an epoch of training.
 """
 import math
 import warnings
@@ -12,7 +14,8 @@ from horovod_spark.exceptions import NonFiniteLossError
 
 
 class LossGuard:
-    """Checks each training step's loss on a rank; ``mode`` is the fit's ``nonfinite_loss``."""
+    """Checks each training step's loss, and the weights after each epoch, on a rank; ``mode`` is
+    the fit's ``nonfinite_loss``."""
 
     def __init__(self, mode: str, rank: int):
         self.mode = mode
@@ -27,6 +30,23 @@ class LossGuard:
                 "infinite values in the data (fit with validate_finite=True to check the columns first), a "
                 "learning rate too high, or a loss that divides by zero or takes the log of 0"
                 % (loss, epoch + 1, step + 1, self.rank))
+        self._report(text, epoch)
+
+    def check_weights(self, nonfinite_names, epoch: int, steps: int) -> None:
+        """``nonfinite_names``: the model's weights holding a NaN or infinite value after epoch
+        ``epoch`` (from 0) ran ``steps`` steps."""
+        names = list(nonfinite_names)
+        if not names:
+            return
+        listed = ", ".join(repr(n) for n in names[:5]) + (" and %d more" % (len(names) - 5) if len(names) > 5 else "")
+        text = ("the model's weights hold NaN or infinite values after epoch %d, step %d (counting from 1; its last) "
+                "on rank %d, although every step's training loss was finite: %s. A layer or loss that maps NaN to a "
+                "finite value (relu in TensorFlow, a clipping loss) hides it from the loss. Usual causes: NaN or "
+                "infinite values in the data (fit with validate_finite=True to find the columns), or a learning "
+                "rate too high" % (epoch + 1, steps, self.rank, listed))
+        self._report(text, epoch)
+
+    def _report(self, text: str, epoch: int) -> None:
         if self.mode == "raise":
             raise NonFiniteLossError(text + ". nonfinite_loss='warn' lets training go on.")
         if epoch not in self._warned_epochs:

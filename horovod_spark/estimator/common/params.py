@@ -72,8 +72,9 @@ class EstimatorParams(ColumnParams):
     inmemory_cache_all = declare_param("inmemory_cache_all", "keep the prepared data each rank reads in its memory "
                                        "while it fits, so that epochs after the first (and validation) read no files",
                                        TypeConverters.toBoolean, default=False)
-    nonfinite_loss = declare_param("nonfinite_loss", "what a NaN or infinite training loss does: 'raise' stops the fit "
-                                   "with an error naming the epoch and step, 'warn' warns once per epoch and goes on",
+    nonfinite_loss = declare_param("nonfinite_loss", "what a NaN or infinite training loss, or weights that hold "
+                                   "such values at an epoch's end, do: 'raise' stops the fit with an error naming the "
+                                   "epoch and step, 'warn' warns once per epoch and goes on",
                                    TypeConverters.toString, default="raise")
     validate_finite = declare_param("validate_finite", "before training, check with one Spark job that the feature and "
                                     "label columns hold no NaN or infinite value, and fail naming the columns if they "

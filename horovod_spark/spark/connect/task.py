@@ -23,6 +23,7 @@ from typing import Dict, List, Optional
 import cloudpickle
 
 from horovod_spark.common import wire_tls
+from horovod_spark.common.line_sink import LineAssembler, marked
 from horovod_spark.spark.driver.results import ResultSpool
 from horovod_spark.spark.driver.service import DriverService
 from horovod_spark.spark.task.body import TaskSpec, run_task
@@ -66,6 +67,7 @@ class _OutputLog:
         self.chunks: List[tuple] = []
         self.dropped = 0
         self._bytes = 0
+        self._lines: Dict[tuple, LineAssembler] = {}
         self._lock = threading.Lock()
 
     def __call__(self, rank: int, chunks) -> None:
@@ -76,8 +78,19 @@ class _OutputLog:
                     continue
                 self._bytes += len(data)
                 self.chunks.append((rank, stream, t, data))
-                for line in data.decode("utf-8", "replace").splitlines():
-                    sys.stderr.write("[%d]<%s>:%s\n" % (rank, stream, line))
+                for line, complete in self._lines.setdefault((rank, stream), LineAssembler()).feed(data):
+                    text = marked(line.decode("utf-8", "replace").rstrip("\r"), complete)
+                    sys.stderr.write("[%d]<%s>:%s\n" % (rank, stream, text))
+            sys.stderr.flush()
+
+    def close(self) -> None:
+        """Write the ranks' last lines that never got their newline."""
+        with self._lock:
+            for (rank, stream), lines in sorted(self._lines.items()):
+                rest = lines.rest()
+                if rest:
+                    sys.stderr.write("[%d]<%s>:%s\n" % (rank, stream, rest.decode("utf-8", "replace")))
+            self._lines.clear()
             sys.stderr.flush()
 
 
@@ -151,6 +164,7 @@ class RankZeroHub:
             service.condition.notify_all()
         self._watcher.join(1.0)
         service.stop()
+        self.output.close()
         results = {}
         try:
             if not failures:

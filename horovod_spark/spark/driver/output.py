@@ -2,8 +2,10 @@
 
 Chunks arrive as raw bytes cut wherever the task's read happened to end, so each (rank, stream)
 keeps its unfinished last line until the newline (or the end of the run) arrives; otherwise two
-ranks' half-lines would interleave into one. The prefix follows horovodrun's ``[rank]<stream>:``
-so log tooling written for Horovod keeps working.
+ranks' half-lines would interleave into one. A line longer than ``line_sink.MAX_LINE_BYTES`` is
+printed in marked pieces (``line_sink.LineAssembler``), so a rank that writes megabytes without a
+newline costs the driver neither memory nor quadratic time. The prefix follows horovodrun's
+``[rank]<stream>:`` so log tooling written for Horovod keeps working.
 
 The core's stall warnings (a collective some ranks have not joined: which ranks, which tensor)
 also go to the driver's log, the ``horovod_spark.spark.stall`` logger, so they are on record where
@@ -14,6 +16,8 @@ import sys
 import threading
 import time
 from typing import Dict, List, Optional, Tuple
+
+from horovod_spark.common.line_sink import LineAssembler, marked
 
 # The core prints this at the start of each stall warning (native/engine/coordinator.cc).
 STALL_MARK = "[horovod_spark] WARNING: stall:"
@@ -33,22 +37,22 @@ class OutputSink:
         self._files = {"stdout": stdout if stdout is not None else sys.stdout,
                        "stderr": stderr if stderr is not None else sys.stderr}
         self._timestamps = timestamps
-        self._partial: Dict[Tuple[int, str], Tuple[float, bytes]] = {}
+        # (rank, stream) -> [when its pending line began, its assembler]
+        self._partial: Dict[Tuple[int, str], list] = {}
         self._lock = threading.Lock()
 
     def __call__(self, rank: int, chunks: List[Tuple[str, float, bytes]]) -> None:
         with self._lock:
             touched = set()
             for stream, t, data in chunks:
-                key = (rank, stream)
-                start, pending = self._partial.pop(key, (t, b""))
-                data = pending + data
-                lines = data.split(b"\n")
-                for line in lines[:-1]:
-                    self._write(rank, stream, start, line)
-                    start = t
-                if lines[-1]:
-                    self._partial[key] = (start, lines[-1])
+                entry = self._partial.get((rank, stream))
+                if entry is None:
+                    entry = self._partial[(rank, stream)] = [t, LineAssembler()]
+                if not entry[1].pending:
+                    entry[0] = t
+                for line, complete in entry[1].feed(data):
+                    self._write(rank, stream, entry[0], line, complete)
+                    entry[0] = t
                 touched.add(stream)
             for stream in touched:
                 self._flush(stream)
@@ -56,8 +60,10 @@ class OutputSink:
     def close(self) -> None:
         """Print whatever unterminated last lines are left (a rank that died mid-line)."""
         with self._lock:
-            for (rank, stream), (t, data) in sorted(self._partial.items()):
-                self._write(rank, stream, t, data)
+            for (rank, stream), (t, lines) in sorted(self._partial.items()):
+                rest = lines.rest()
+                if rest:
+                    self._write(rank, stream, t, rest)
             self._partial.clear()
             for stream in self._files:
                 self._flush(stream)
@@ -67,8 +73,8 @@ class OutputSink:
             self._files[stream].write("[horovod_spark] %s\n" % text)
             self._flush(stream)
 
-    def _write(self, rank: int, stream: str, t: float, line: bytes) -> None:
-        text = line.decode("utf-8", errors="replace").rstrip("\r")
+    def _write(self, rank: int, stream: str, t: float, line: bytes, complete: bool = True) -> None:
+        text = marked(line.decode("utf-8", errors="replace").rstrip("\r"), complete)
         if stream == "stderr" and text.startswith(STALL_MARK):
             stall_log.warning("rank %d: %s", rank, text[len("[horovod_spark] "):])
         prefix = _format_time(t) if self._timestamps else ""

@@ -7,11 +7,13 @@ On the driver, ``DriverOutput`` hands each worker's chunks to ``output.OutputSin
 appear as ``[worker]<stdout>:text`` (the worker number, which stays fixed while the rank changes
 from reset to reset), optionally timestamped, and the core's stall warnings reach the driver's log.
 """
+import collections
 import threading
 import time
-from typing import List, Optional, Tuple
+from typing import Deque, List, Optional, Tuple
 
 from horovod_spark.common.kv_server import KVStoreServer, RequestError
+from horovod_spark.common.line_sink import MAX_LINE_BYTES, RELAYED_LINE_SLACK
 
 OP_OUTPUT = "elastic_output"
 STREAMS = ("stdout", "stderr")
@@ -20,6 +22,9 @@ STREAMS = ("stdout", "stderr")
 # _MAX_PENDING_BYTES and drops its oldest lines beyond that, so a lost driver cannot fill its memory.
 _BATCH_BYTES = 256 * 1024
 _MAX_PENDING_BYTES = 8 * 1024 * 1024
+# The longest line the task's supervisor passes on whole: its marked pieces then stay within the
+# driver's bound, which would otherwise cut them a second time.
+RELAYED_LINE_LIMIT = MAX_LINE_BYTES - RELAYED_LINE_SLACK
 
 Chunk = Tuple[str, float, bytes]
 
@@ -44,7 +49,7 @@ class TaskOutput:
 
     def __init__(self):
         self._lock = threading.Lock()
-        self._pending: List[Chunk] = []
+        self._pending: Deque[Chunk] = collections.deque()
         self._pending_bytes = 0
         self._dropped = 0
         self._unsent: Optional[List[Chunk]] = None  # a batch whose request failed: resent as it was
@@ -58,7 +63,7 @@ class TaskOutput:
             self._pending.append((stream, time.time(), data))
             self._pending_bytes += len(data)
             while self._pending_bytes > _MAX_PENDING_BYTES and len(self._pending) > 1:
-                self._pending_bytes -= len(self._pending.pop(0)[2])
+                self._pending_bytes -= len(self._pending.popleft()[2])
                 self._dropped += 1
 
     def _next_batch(self) -> List[Chunk]:
@@ -71,7 +76,7 @@ class TaskOutput:
                 self._dropped = 0
             size = 0
             while self._pending and (not batch or size + len(self._pending[0][2]) <= _BATCH_BYTES):
-                chunk = self._pending.pop(0)
+                chunk = self._pending.popleft()
                 self._pending_bytes -= len(chunk[2])
                 size += len(chunk[2])
                 batch.append(chunk)

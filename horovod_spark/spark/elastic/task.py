@@ -16,7 +16,7 @@ from typing import Dict, List, Optional
 from horovod_spark.common import config, elastic_rendezvous
 from horovod_spark.spark.task.body import DROP_ENV, connect_to_driver
 
-from .output import TaskOutput
+from .output import RELAYED_LINE_LIMIT, TaskOutput
 
 OP_REGISTER = "elastic_register"
 OP_EXIT = "elastic_exit"
@@ -73,7 +73,8 @@ def run_elastic_task(spec: ElasticTaskSpec, _iterator):
         argv = [python, "-m", "horovod_spark.launcher.run_local_rank"]
         output = TaskOutput()
         supervisor = RankSupervisor([argv], [_rank_env(spec, addr, worker)], first_label=worker,
-                                    stdout=output.stdout, stderr=output.stderr, prefix_output=False)
+                                    stdout=output.stdout, stderr=output.stderr, prefix_output=False,
+                                    line_limit=RELAYED_LINE_LIMIT)
         failure = None
         try:
             supervisor.start()

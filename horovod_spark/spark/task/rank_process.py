@@ -4,7 +4,9 @@ A child process rather than fn inside the Python worker because Spark reuses Pyt
 (spark.python.worker.reuse): a rank that leaves core threads, CUDA contexts or DataLoader workers
 behind would poison the next task, and a hung collective could only be stopped by killing the
 worker. The rank gets its own session (process group), and stopping it kills its whole process
-tree, found through /proc.
+tree, found through /proc. The task's process is a child subreaper (``launcher/rank_reaper.py``),
+so what the rank started and detached (setsid, a daemon's double fork) comes back to it as an
+orphan instead of to init, and is killed with the rest.
 """
 import os
 import selectors
@@ -13,6 +15,8 @@ import subprocess
 import threading
 import time
 from typing import Callable, List, Optional, Tuple
+
+from horovod_spark.launcher import rank_reaper
 
 Chunk = Tuple[str, float, bytes]
 
@@ -24,6 +28,9 @@ class RankProcess:
     def __init__(self, argv: List[str], env: dict, ship: Callable[[List[Chunk]], None]):
         self._ship = ship
         self._stop = threading.Event()
+        rank_reaper.become_subreaper()
+        # Children this process has already (another rank's process in MPI mode): not our orphans.
+        self._not_adopted = _children(os.getpid())
         self.proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, start_new_session=True, close_fds=True)
         self.pgid = self.proc.pid  # start_new_session: the child leads its own group
@@ -68,6 +75,7 @@ class RankProcess:
         try:
             return self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
+            rank_reaper.reap(self._adopted())  # detached processes of the rank that ended: no zombies
             return None
 
     def poll(self) -> Optional[int]:
@@ -88,30 +96,35 @@ class RankProcess:
                 os.killpg(self.pgid, sig)
             except (ProcessLookupError, PermissionError):
                 pass
-            for pid in victims:
-                try:
-                    os.kill(pid, sig)
-                except (ProcessLookupError, PermissionError):
-                    pass
+            rank_reaper.signal_all(victims, sig)
             deadline = time.monotonic() + wait_s
             while True:
-                victims = {p for p in victims | self._tree() if _running(p)}
+                victims = {p for p in victims | self._tree() if rank_reaper.running(p)}
                 if not victims or time.monotonic() >= deadline:
                     break
                 time.sleep(0.02)
             if not victims:
                 break
+        rank_reaper.reap(self._adopted())
         rc = self.wait(5.0)
         return rc if rc is not None else -9
 
     def _tree(self) -> set:
-        """The rank's process group, plus, while the rank is unreaped (so its pid cannot have been
-        reused), the rank and all its descendants."""
-        table = _process_table()
+        """The rank's process group, the orphans of the rank that came back to this process (its
+        children other than the rank) and their descendants, plus, while the rank is unreaped (so
+        its pid cannot have been reused), the rank and all its descendants."""
+        table = rank_reaper.process_table()
         members = {pid for pid, (_, pgrp) in table.items() if pgrp == self.pgid}
+        for orphan in self._adopted(table):
+            members |= {orphan} | rank_reaper.descendants(orphan, table)
         if self.proc.poll() is not None:  # reaps it: it must not linger as a zombie either
             return members
-        return members | {self.proc.pid} | _descendants(self.proc.pid, table)
+        return members | {self.proc.pid} | rank_reaper.descendants(self.proc.pid, table)
+
+    def _adopted(self, table: Optional[dict] = None) -> set:
+        """This process's children that it did not start: the rank's orphans, re-parented here."""
+        children = _children(os.getpid(), table)
+        return children - self._not_adopted - {self.proc.pid}
 
     def finish(self, drain_timeout: float = 2.0) -> None:
         """Wait for the output pump to send the last lines; a grandchild still holding the pipes
@@ -126,43 +139,15 @@ class RankProcess:
                 pass
 
 
-def _process_table() -> dict:
-    """pid -> (parent pid, process group) of every process we can see (Linux /proc)."""
-    out = {}
-    if not os.path.isdir("/proc"):
-        return out
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                with open("/proc/%s/stat" % name, "rb") as f:
-                    fields = f.read().rsplit(b")", 1)[1].split()
-                out[int(name)] = (int(fields[1]), int(fields[2]))
-            except (OSError, IndexError, ValueError):
-                continue  # exited while we looked
-    return out
-
-
-def _descendants(root: int, table: dict) -> set:
-    children = {}
-    for pid, (ppid, _) in table.items():
-        children.setdefault(ppid, []).append(pid)
-    found, stack = set(), [root]
-    while stack:
-        for child in children.get(stack.pop(), ()):
-            if child not in found:
-                found.add(child)
-                stack.append(child)
-    return found
-
-
-def _running(pid: int) -> bool:
-    """Alive and not a zombie (a zombie has released everything; only its parent's wait is due)."""
-    try:
-        with open("/proc/%d/stat" % pid, "rb") as f:
-            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
-    except (OSError, IndexError):
-        try:
-            os.kill(pid, 0)
-            return True
-        except OSError:
-            return False
+def _children(pid: int, table: Optional[dict] = None) -> set:
+    """The children of ``pid`` (from ``table`` if given, else a fresh look at /proc)."""
+    if table is None:
+        try:  # each thread's children, as the kernel lists them: no walk over every process
+            found = set()
+            for tid in os.listdir("/proc/%d/task" % pid):
+                with open("/proc/%d/task/%s/children" % (pid, tid)) as f:
+                    found.update(int(child) for child in f.read().split())
+            return found
+        except (OSError, ValueError):
+            table = rank_reaper.process_table()
+    return {child for child, (ppid, _) in table.items() if ppid == pid}
