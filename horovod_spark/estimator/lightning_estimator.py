@@ -64,6 +64,14 @@ class LightningEstimator(HorovodEstimator):
                                 "data; or the reader of the prepared data: 'arrow' (built in) or 'petastorm' (older "
                                 "stack only)", default="arrow")
 
+    def getNumGPUs(self):
+        """Value of the ``num_gpus`` param (Horovod's spelling of its accessor)."""
+        return self.getOrDefault("num_gpus")
+
+    def setNumGPUs(self, value):
+        """Set the ``num_gpus`` param; returns self."""
+        return self._set(num_gpus=value)
+
     def get_model_class(self):
         """The Model class ``fit`` returns (Horovod's estimator method)."""
         return LightningModel
