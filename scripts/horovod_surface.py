@@ -22,10 +22,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 
 MODULES = ["horovod.torch", "horovod.tensorflow", "horovod.tensorflow.keras", "horovod.tensorflow.keras.callbacks",
-           "horovod.spark", "horovod.spark.keras", "horovod.spark.torch", "horovod.spark.common.backend",
+           "horovod.spark", "horovod.spark.keras", "horovod.spark.torch", "horovod.spark.lightning",
+           "horovod.spark.common.backend",
            "horovod.spark.common.store"]
 ESTIMATORS = {"horovod.spark.keras.KerasEstimator": ("horovod.spark.keras.estimator", "KerasEstimator"),
-              "horovod.spark.torch.TorchEstimator": ("horovod.spark.torch.estimator", "TorchEstimator")}
+              "horovod.spark.torch.TorchEstimator": ("horovod.spark.torch.estimator", "TorchEstimator"),
+              "horovod.spark.lightning.TorchEstimator": ("horovod.spark.lightning.estimator", "TorchEstimator")}
 # Base classes whose get*/set* methods an estimator inherits (horovod.spark.common.params).
 PARAM_BASES = {"EstimatorParams": "horovod.spark.common.params", "ModelParams": "horovod.spark.common.params"}
 NOT_API = ("horovod.common.util", "horovod.spark.common.util")

@@ -1,5 +1,6 @@
 """Spark ML estimators that train with horovod_spark on DataFrames: ``TorchEstimator`` -> ``TorchModel``,
-``KerasEstimator`` -> ``KerasModel``.
+``KerasEstimator`` -> ``KerasModel``, ``LightningEstimator`` -> ``LightningModel`` (a
+``lightning.pytorch.LightningModule``; Horovod's ``horovod.spark.lightning.TorchEstimator``).
 
 Names resolve on first use, so importing this package loads neither torch, TensorFlow nor pyspark.ml.
 """
@@ -8,6 +9,8 @@ _EXPORTS = {
     "TorchModel": "horovod_spark.estimator.torch_model",
     "KerasEstimator": "horovod_spark.estimator.keras_estimator",
     "KerasModel": "horovod_spark.estimator.keras_model",
+    "LightningEstimator": "horovod_spark.estimator.lightning_estimator",
+    "LightningModel": "horovod_spark.estimator.lightning_model",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -7,6 +7,8 @@ message naming the extra, not with an ImportError from deep inside Lightning.
 EXTRA = "lightning"
 INSTALL_HINT = "pip install 'horovod_spark[%s]'" % EXTRA
 MINIMUM_VERSION = (2, 4)
+# The first release the project has not been tested with; the estimator refuses it and later ones.
+SUPPORTED_BELOW = (2, 7)
 
 
 def _release(version: str):
@@ -30,4 +32,17 @@ def require_lightning(what: str = "horovod_spark.lightning"):
     if _release(version) < MINIMUM_VERSION:
         raise ImportError("%s needs lightning >= %s, found %s; upgrade it with: %s"
                           % (what, ".".join(map(str, MINIMUM_VERSION)), version, INSTALL_HINT))
+    return pl
+
+
+def require_supported_lightning(what: str):
+    """``require_lightning(what)``, and an ImportError when the installed release is
+    ``SUPPORTED_BELOW`` or later: the estimator reaches into the Trainer's checkpoints and loops,
+    which a release the project was not tested with may have changed."""
+    pl = require_lightning(what)
+    import lightning
+    if _release(lightning.__version__) >= SUPPORTED_BELOW:
+        raise ImportError("%s supports lightning >= %s and < %s, found %s; install a supported release with: %s"
+                          % (what, ".".join(map(str, MINIMUM_VERSION)), ".".join(map(str, SUPPORTED_BELOW)),
+                             lightning.__version__, INSTALL_HINT))
     return pl

@@ -46,7 +46,8 @@ def _text(nb):
 
 def test_notebooks_are_all_tested():
     assert sorted(os.listdir(NOTEBOOKS)) == ["horovod_runner.ipynb", "horovod_spark_run.ipynb",
-                                             "keras_estimator.ipynb", "torch_estimator.ipynb"]
+                                             "keras_estimator.ipynb", "lightning_estimator.ipynb",
+                                             "torch_estimator.ipynb"]
 
 
 def test_run_notebook(tmp_path):
@@ -64,7 +65,7 @@ def test_horovod_runner_notebook(tmp_path):
     assert text.count("step 0: loss") == 2, text
 
 
-@pytest.mark.parametrize("name", ["torch_estimator.ipynb", "keras_estimator.ipynb"])
+@pytest.mark.parametrize("name", ["torch_estimator.ipynb", "keras_estimator.ipynb", "lightning_estimator.ipynb"])
 def test_estimator_notebook(name, tmp_path):
     text = _text(_run(name, tmp_path))
     accuracy = re.search(r"test accuracy: ([0-9.]+)", text)

@@ -26,11 +26,13 @@ OURS = {
     "horovod.spark": "horovod_spark.spark",
     "horovod.spark.keras": "horovod_spark.spark.keras",
     "horovod.spark.torch": "horovod_spark.spark.torch",
+    "horovod.spark.lightning": "horovod_spark.spark.lightning",
     "horovod.spark.common.backend": "horovod_spark.spark.common.backend",
     "horovod.spark.common.store": "horovod_spark.spark.common.store",
 }
 ESTIMATORS = {"horovod.spark.keras.KerasEstimator": "horovod_spark.estimator.KerasEstimator",
-              "horovod.spark.torch.TorchEstimator": "horovod_spark.estimator.TorchEstimator"}
+              "horovod.spark.torch.TorchEstimator": "horovod_spark.estimator.TorchEstimator",
+              "horovod.spark.lightning.TorchEstimator": "horovod_spark.estimator.LightningEstimator"}
 
 # (Horovod module, name) -> why horovod_spark does not offer it.
 MISSING = {
@@ -52,6 +54,13 @@ SIGNATURE_GAPS = {
     },
     ("horovod.spark.torch", "TorchModel"): {
         "optimizer": "a TorchModel predicts only; the trained optimizer state is in the run's checkpoints",
+        "loss": "a TorchModel predicts only",
+        "loss_constructors": "a TorchModel predicts only",
+        "_metadata": "Horovod's private argument; the prepared data's metadata is not needed to predict",
+    },
+    ("horovod.spark.lightning", "TorchModel"): {
+        "optimizer": "the LightningModule's optimizers are its own (configure_optimizers); their trained state is "
+                     "in the run's checkpoints",
         "loss": "a TorchModel predicts only",
         "loss_constructors": "a TorchModel predicts only",
         "_metadata": "Horovod's private argument; the prepared data's metadata is not needed to predict",

@@ -37,7 +37,7 @@ LAYERS: Dict[str, Set[str]] = {
 
 # Horovod's import paths (and older names of ours): modules or packages that only re-export.
 ALIASES = ("horovod_spark.runner", "horovod_spark.spark.common", "horovod_spark.spark.torch",
-           "horovod_spark.spark.keras", "horovod_spark.common.exceptions",
+           "horovod_spark.spark.keras", "horovod_spark.spark.lightning", "horovod_spark.common.exceptions",
            "horovod_spark.tensorflow.keras")
 
 

@@ -129,7 +129,7 @@ def check_common(est) -> FitConfig:
     verbose = get("verbose")
     if verbose not in (0, 1, 2):
         raise ValueError("verbose must be 0 (silent), 1 (progress) or 2 (also runner messages), got %r" % verbose)
-    data_module = get("data_module")
+    data_module = est.reader_data_module()
     if data_module == "petastorm":
         # Checked on the driver: where Petastorm cannot be imported (pyarrow >= 16) the message says
         # which stack it needs, before any data is prepared.

@@ -47,3 +47,9 @@ class HorovodEstimator(Estimator, EstimatorParams):
     def _user_rank_env(self) -> dict:
         """Environment variables the user's Params set for the ranks."""
         return {}
+
+    def reader_data_module(self) -> str:
+        """The name of the data module whose reader the ranks read the prepared data with. A
+        framework whose ``data_module`` Param may hold something else (a Lightning DataModule)
+        says which reader it then uses."""
+        return self.getOrDefault("data_module")
