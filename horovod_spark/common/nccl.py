@@ -95,7 +95,7 @@ def mode(kind):
 
 
 def supports(dtype_code, op_code, prescale, postscale, reduces):
-    """Whether NCCL runs this reduction (no Adasum, int16 or bool reductions; scale factors only for
+    """Whether NCCL runs this reduction (no Adasum, int16, uint16 or bool reductions; scale factors only for
     floating-point Sum/Average); data movement (``reduces=False``) always."""
     return _core.nccl_supports(int(dtype_code), int(op_code), float(prescale), float(postscale), bool(reduces))
 

@@ -25,7 +25,7 @@ Average, Sum, Adasum, Min, Max, Product = (ReduceOp.Average, ReduceOp.Sum, Reduc
                                            ReduceOp.Min, ReduceOp.Max, ReduceOp.Product)
 
 DTYPES = {"uint8": 0, "int8": 1, "int32": 2, "int64": 3, "float16": 4, "bfloat16": 5,
-          "float32": 6, "float64": 7, "bool": 8, "int16": 9}
+          "float32": 6, "float64": 7, "bool": 8, "int16": 9, "uint16": 10}
 
 # Operation codes shared with native/engine/message.h (OpType).
 OP_ALLREDUCE, OP_ALLGATHER, OP_BROADCAST, OP_ALLTOALL, OP_REDUCESCATTER = 0, 1, 2, 3, 4

@@ -133,13 +133,32 @@ def registered(process_set_id: int) -> Optional[ProcessSet]:
 
 
 def process_set_id_of(process_set) -> int:
-    """The core's id for a ProcessSet argument (None means the global set)."""
-    if process_set is None:
+    """The core's id for a ProcessSet argument (None means the global set). ValueError, as Horovod
+    raises, for a set that was never registered or whose ``process_set_id`` names no registered set
+    of the same ranks (set by hand, or left from before a shutdown)."""
+    if process_set is None or process_set is global_process_set:
         return 0
     if not isinstance(process_set, ProcessSet):
         raise TypeError("process_set must be a horovod_spark ProcessSet, got %s"
                         % type(process_set).__name__)
-    return process_set._require_id()
+    process_set_id = process_set._require_id()
+    known = registered(process_set_id)
+    if known is None or known.ranks != process_set.ranks:
+        raise ValueError("process_set_id %r of %r is not the id of a registered process set with these ranks; "
+                         "register the set with hvd.add_process_set() (or hvd.init(process_sets=...)) and use "
+                         "the id it assigns" % (process_set_id, process_set.ranks))
+    return process_set_id
+
+
+def require_member(process_set, what) -> None:
+    """ValueError when this rank is not a member of ``process_set`` (an already validated set):
+    only its members may run ``what`` on it, as in Horovod."""
+    if process_set is None or process_set is global_process_set:
+        return
+    if not process_set.included():
+        raise ValueError("%s: rank %d is not a member of the process set %r, so it cannot take part in its "
+                         "collectives; call them only where process_set.included() is True"
+                         % (what, _core.rank(), process_set))
 
 
 def root_index(root_rank, process_set) -> int:

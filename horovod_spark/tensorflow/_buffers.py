@@ -19,6 +19,7 @@ import tensorflow as tf
 _CORE_DTYPES = {
     tf.uint8: "uint8",
     tf.int8: "int8",
+    tf.uint16: "uint16",
     tf.int16: "int16",
     tf.int32: "int32",
     tf.int64: "int64",

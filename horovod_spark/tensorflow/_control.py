@@ -1,11 +1,10 @@
 """Job-level operations: init/shutdown (which also reset generated names), join, barrier, and
 Horovod's ``*_op`` topology tensors."""
-import numpy as np
 import tensorflow as tf
 
 from horovod_spark.common import basics as _basics
 from horovod_spark.common.process_sets import global_process_set, registered
-from horovod_spark.tensorflow import _bridge, _names, array_collectives
+from horovod_spark.tensorflow import _bridge, _names, _submitted, array_collectives
 from horovod_spark.tensorflow._op_args import ps_id
 
 
@@ -13,6 +12,7 @@ def init(comm=None, process_sets=None):
     """Start the core, as ``horovod.tensorflow.init(comm=None, process_sets=None)``."""
     # Unnamed-op counters from an earlier session would not match a fresh core's on other ranks.
     _names.reset()
+    _submitted.reset()
     return _basics.init(comm=comm, process_sets=process_sets)
 
 
@@ -22,6 +22,7 @@ def shutdown():
         return _basics.shutdown()
     finally:
         _names.reset()
+        _submitted.reset()
 
 
 def join():
@@ -32,15 +33,17 @@ def join():
     (Horovod's semantics).
     """
     ps_id(global_process_set)
-    out = _bridge.run(lambda: [np.asarray(array_collectives.join(), dtype=np.int32)], [], [tf.int32], [[]],
-                      name="HorovodJoin")
-    return out[0]
+    return _bridge.run(array_collectives.start_join, [], [tf.int32], [[]], name="HorovodJoin")[0]
 
 
 def barrier(process_set=global_process_set):
     """Return once every rank of ``process_set`` has reached the barrier."""
     psid = ps_id(process_set)
-    _bridge.run(lambda: array_collectives.barrier(psid) or [], [], [], [], name="HorovodBarrier")
+    if not process_set.included():
+        _bridge.refuse("barrier: rank %d is not a member of the process set %r" % (_basics.rank(), process_set),
+                       [], [], name="HorovodBarrier")
+        return
+    _bridge.run(lambda: array_collectives.start_barrier(psid), [], [], [], name="HorovodBarrier")
 
 
 def size_op(process_set_id=0, name=None):

@@ -12,10 +12,15 @@ match across ranks too.
 On a process set of one rank every collective is the identity (times the pre/post scale), so it
 is computed in TensorFlow without the core: a script run as one process pays nothing for its
 collectives. ``SKIP_SINGLE_RANK`` exists so benchmarks can time the core path at size 1.
+
+A rank that is not a member of the process set gets ``tf.errors.InvalidArgumentError`` from the
+op, as from Horovod's (sets of one rank included); an unregistered set, or a ``process_set_id``
+that names none, is a ValueError at the call.
 """
 import tensorflow as tf
 
 from horovod_spark.common.ops import check_reducescatter
+from horovod_spark.common.process_sets import require_member
 from horovod_spark.tensorflow import _bridge, array_collectives
 from horovod_spark.tensorflow._op_args import Adasum, Average, Sum, check_root, ps_id, ps_rank
 
@@ -32,6 +37,15 @@ def _scaled(x, scale):
     if x.dtype.is_floating:
         return x * tf.cast(scale, x.dtype)
     return tf.cast(tf.cast(x, tf.float64) * scale, x.dtype)
+
+
+def _refusal(process_set, what):
+    """Why this rank may not run ``what`` on ``process_set`` (not a member), or None."""
+    try:
+        require_member(process_set, what)
+    except ValueError as exc:
+        return str(exc)
+    return None
 
 
 def _differentiable(forward, tensors, backward):
@@ -62,12 +76,15 @@ def allreduce(tensors, names, op, prescale, postscale, process_set, groups=(), d
     fused as one unit. ``differentiable=False`` skips the gradient wrapper (reducing gradients)."""
     psid = ps_id(process_set)
     groups = [list(g) for g in groups]
+    refusal = _refusal(process_set, "allreduce")
 
     def forward(xs):
+        if refusal:
+            return _bridge.refuse(refusal, [x.dtype for x in xs], [x.shape for x in xs], name="HorovodAllreduce")
         if _single(process_set):
             return [_scaled(x, prescale * postscale) for x in xs]
-        return _bridge.run(lambda *a: array_collectives.allreduce(list(a), names, op, prescale, postscale, psid,
-                                                                  groups),
+        return _bridge.run(lambda *a: array_collectives.start_allreduce(list(a), names, op, prescale, postscale,
+                                                                        psid, groups),
                            xs, [x.dtype for x in xs], [x.shape for x in xs], name="HorovodAllreduce")
 
     def backward(dys, _ys):
@@ -94,12 +111,16 @@ def allgather(tensors, names, process_set):
             raise ValueError("allgather concatenates along dimension 0, so it needs a tensor of at least one "
                              "dimension; got a scalar (use tf.reshape(tensor, [1]))")
 
+    refusal = _refusal(process_set, "allgather")
+
     def forward(xs):
+        shapes = [[None] + x.shape.as_list()[1:] if x.shape.rank is not None else None for x in xs]
+        if refusal:
+            return _bridge.refuse(refusal, [x.dtype for x in xs], shapes, name="HorovodAllgather")
         if _single(process_set):
             return [tf.identity(x) for x in xs]
-        return _bridge.run(lambda *a: array_collectives.allgather(list(a), names, psid), xs, [x.dtype for x in xs],
-                           [[None] + x.shape.as_list()[1:] if x.shape.rank is not None else None for x in xs],
-                           name="HorovodAllgather")
+        return _bridge.run(lambda *a: array_collectives.start_allgather(list(a), names, psid), xs,
+                           [x.dtype for x in xs], shapes, name="HorovodAllgather")
 
     def backward(dys, _ys):
         # Every rank's loss may depend on this rank's rows: the upstream gradients averaged over
@@ -123,11 +144,14 @@ def broadcast(tensors, names, root_rank, process_set):
     """Every rank gets the root's tensors."""
     psid = ps_id(process_set)
     root_rank = check_root(root_rank, process_set)
+    refusal = _refusal(process_set, "broadcast")
 
     def forward(xs):
+        if refusal:
+            return _bridge.refuse(refusal, [x.dtype for x in xs], [x.shape for x in xs], name="HorovodBroadcast")
         if _single(process_set):
             return [tf.identity(x) for x in xs]
-        return _bridge.run(lambda *a: array_collectives.broadcast(list(a), names, root_rank, psid), xs,
+        return _bridge.run(lambda *a: array_collectives.start_broadcast(list(a), names, root_rank, psid), xs,
                            [x.dtype for x in xs], [x.shape for x in xs], name="HorovodBroadcast")
 
     def backward(dys, _ys):
@@ -146,8 +170,11 @@ def alltoall(tensor, name, splits, process_set):
         raise ValueError("alltoall splits along dimension 0, so it needs a tensor of at least one dimension")
     out_shape = [None] + tensor.shape.as_list()[1:] if tensor.shape.rank is not None else None
     split_inputs = [] if splits is None else [tf.cast(tf.reshape(splits, [-1]), tf.int64)]
+    refusal = _refusal(process_set, "alltoall")
 
     def forward(xs):
+        if refusal:
+            return _bridge.refuse(refusal, [xs[0].dtype, tf.int32], [out_shape, [None]], name="HorovodAlltoall")
         if _single(process_set):
             if not split_inputs:
                 return [tf.identity(xs[0]), tf.reshape(tf.shape(xs[0], out_type=tf.int32)[0], [1])]
@@ -159,10 +186,9 @@ def alltoall(tensor, name, splits, process_set):
             with tf.control_dependencies([check]):
                 return [tf.identity(xs[0]), tf.identity(splits32)]
 
-        def np_fn(a, *s):
-            out, received = array_collectives.alltoall(a, name, s[0] if s else None, psid)
-            return [out, received]
-        return _bridge.run(np_fn, [xs[0]] + split_inputs, [xs[0].dtype, tf.int32],
+        def start(a, *s):
+            return array_collectives.start_alltoall(a, name, s[0] if s else None, psid)
+        return _bridge.run(start, [xs[0]] + split_inputs, [xs[0].dtype, tf.int32],
                            [out_shape, [process_set.size()]], name="HorovodAlltoall")
 
     def backward(dys, ys):
@@ -179,14 +205,17 @@ def reducescatter(tensors, names, op, prescale, postscale, process_set):
     for t in tensors:
         if t.shape.rank is not None:
             check_reducescatter(t.shape.as_list(), op)
+    refusal = _refusal(process_set, "reducescatter")
 
     def forward(xs):
+        shapes = [[None] + x.shape.as_list()[1:] if x.shape.rank is not None else None for x in xs]
+        if refusal:
+            return _bridge.refuse(refusal, [x.dtype for x in xs], shapes, name="HorovodReducescatter")
         if _single(process_set):
             return [_scaled(x, prescale * postscale) for x in xs]
-        return _bridge.run(lambda *a: array_collectives.reducescatter(list(a), names, op, prescale, postscale, psid),
-                           xs, [x.dtype for x in xs],
-                           [[None] + x.shape.as_list()[1:] if x.shape.rank is not None else None for x in xs],
-                           name="HorovodReducescatter")
+        return _bridge.run(lambda *a: array_collectives.start_reducescatter(list(a), names, op, prescale,
+                                                                            postscale, psid),
+                           xs, [x.dtype for x in xs], shapes, name="HorovodReducescatter")
 
     def backward(dys, _ys):
         if op not in (Average, Sum):

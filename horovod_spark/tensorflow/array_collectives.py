@@ -1,9 +1,11 @@
-"""Blocking collectives on numpy arrays: the one place this layer talks to the core.
+"""Collectives on numpy arrays: the one place this layer talks to the core.
 
 Both execution modes end here: eager ops pass views of tensor memory, ``tf.numpy_function``
-passes the arrays TF hands it. Every function submits all of its requests before waiting on any,
-so the core can negotiate and fuse them together, and waits for all of them even after one fails,
-so no request still reads or writes an array this function is about to drop.
+passes the arrays TF hands it. Each ``start_*`` function submits all of its requests and returns
+a ``Pending`` at once; ``Pending.finish()`` waits for them and returns the results. The plain
+functions do both. A ``Pending`` holds the arrays its requests read and write, so they stay alive
+until the core is done with them, and ``finish`` waits for every request even after one fails, so
+no request still reads or writes an array that is about to be dropped.
 """
 import numpy as np
 
@@ -13,6 +15,33 @@ from horovod_spark.tensorflow import _buffers
 
 def _core_dtype(array):
     return _buffers.core_dtype(array.dtype)
+
+
+class Pending:
+    """Requests submitted to the core, and how to turn their results into the arrays returned."""
+
+    def __init__(self, handles, finish, keep_alive=()):
+        self._handles = handles
+        self._finish = finish
+        self._keep_alive = keep_alive
+
+    def done(self) -> bool:
+        """True once every request has completed (``finish`` then returns without blocking)."""
+        return all(_core.poll(h) for h in self._handles)
+
+    def finish(self):
+        return self._finish(_wait_all(self._handles))
+
+
+class Failed(Pending):
+    """A submission that raised: ``finish`` raises the same error."""
+
+    def __init__(self, error):
+        super().__init__([], None)
+        self._error = error
+
+    def finish(self):
+        raise self._error
 
 
 def _wait_all(handles):
@@ -41,7 +70,7 @@ def _result_from_core(result, like):
     return _buffers.from_core(raw, shape, like.dtype)
 
 
-def allreduce(arrays, names, op, prescale=1.0, postscale=1.0, process_set_id=0, groups=()):
+def start_allreduce(arrays, names, op, prescale=1.0, postscale=1.0, process_set_id=0, groups=()):
     """Reduce each array; ``groups`` (lists of indices) are negotiated and fused as units."""
     in_groups = {i for group in groups for i in group}
     core_names = [names[i] for i in range(len(arrays)) if i not in in_groups]
@@ -67,51 +96,86 @@ def allreduce(arrays, names, op, prescale=1.0, postscale=1.0, process_set_id=0, 
         if i not in grouped:
             handles[i] = _core.allreduce_async(names[i], a.ctypes.data, outs[i].ctypes.data, _core_dtype(a),
                                                a.shape, op, prescale, postscale, process_set_id)
-    _wait_all([h for h in handles if h is not None])
-    return outs
+    return Pending([h for h in handles if h is not None], lambda _results: outs, (arrays, outs))
 
 
-def allgather(arrays, names, process_set_id=0):
+def start_allgather(arrays, names, process_set_id=0):
     """Concatenate every rank's array along dim 0 (which may differ per rank)."""
     _check_names_free(names, process_set_id)
     handles = [_core.allgather_async(n, a.ctypes.data, _core_dtype(a), a.shape, process_set_id)
                for a, n in zip(arrays, names)]
-    return [_result_from_core(r, a) for r, a in zip(_wait_all(handles), arrays)]
+    return Pending(handles, lambda results: [_result_from_core(r, a) for r, a in zip(results, arrays)], arrays)
 
 
-def broadcast(arrays, names, root_rank, process_set_id=0):
+def start_broadcast(arrays, names, root_rank, process_set_id=0):
     """Every rank gets root's arrays (``root_rank`` counts within the process set)."""
     _check_names_free(names, process_set_id)
     outs = [_buffers.result_pool.empty(a.shape, a.dtype) for a in arrays]
     handles = [_core.broadcast_async(n, a.ctypes.data, o.ctypes.data, _core_dtype(a), a.shape, root_rank,
                                      process_set_id)
                for a, o, n in zip(arrays, outs, names)]
-    _wait_all(handles)
-    return outs
+    return Pending(handles, lambda _results: outs, (arrays, outs))
 
 
-def alltoall(array, name, splits=None, process_set_id=0):
-    """Send ``splits[r]`` rows to rank r; returns (received rows, received splits as int32)."""
+def start_alltoall(array, name, splits=None, process_set_id=0):
+    """Send ``splits[r]`` rows to rank r; finishes with [received rows, received splits as int32]."""
     handle = _core.alltoall_async(name, array.ctypes.data, _core_dtype(array), array.shape,
                                   None if splits is None else [int(s) for s in np.ravel(splits)],
                                   process_set_id)
-    result = _wait_all([handle])[0]
-    received = result[2] if len(result) > 2 else []
-    return _result_from_core(result, array), np.asarray(received, dtype=np.int32).reshape(-1)
+
+    def finish(results):
+        result = results[0]
+        received = result[2] if len(result) > 2 else []
+        return [_result_from_core(result, array), np.asarray(received, dtype=np.int32).reshape(-1)]
+
+    return Pending([handle], finish, array)
 
 
-def reducescatter(arrays, names, op, prescale=1.0, postscale=1.0, process_set_id=0):
+def start_reducescatter(arrays, names, op, prescale=1.0, postscale=1.0, process_set_id=0):
     """Reduce each array and keep this rank's block of dim 0 (earlier ranks get the remainder)."""
     _check_names_free(names, process_set_id)
     handles = [_core.reducescatter_async(n, a.ctypes.data, _core_dtype(a), a.shape, op, prescale, postscale,
                                          process_set_id)
                for a, n in zip(arrays, names)]
-    return [_result_from_core(r, a) for r, a in zip(_wait_all(handles), arrays)]
+    return Pending(handles, lambda results: [_result_from_core(r, a) for r, a in zip(results, arrays)], arrays)
+
+
+def start_barrier(process_set_id=0):
+    """Finishes with [] once every rank of the set has reached the barrier."""
+    return Pending([_core.barrier_async(process_set_id)], lambda _results: [])
+
+
+def start_join():
+    """Finishes with [the last rank that joined, as an int32 scalar]."""
+    return Pending([_core.join_async()], lambda results: [np.asarray(int(results[0]), dtype=np.int32)])
+
+
+# The blocking forms: submit, then wait.
+
+def allreduce(arrays, names, op, prescale=1.0, postscale=1.0, process_set_id=0, groups=()):
+    return start_allreduce(arrays, names, op, prescale, postscale, process_set_id, groups).finish()
+
+
+def allgather(arrays, names, process_set_id=0):
+    return start_allgather(arrays, names, process_set_id).finish()
+
+
+def broadcast(arrays, names, root_rank, process_set_id=0):
+    return start_broadcast(arrays, names, root_rank, process_set_id).finish()
+
+
+def alltoall(array, name, splits=None, process_set_id=0):
+    """(received rows, received splits as int32)."""
+    return tuple(start_alltoall(array, name, splits, process_set_id).finish())
+
+
+def reducescatter(arrays, names, op, prescale=1.0, postscale=1.0, process_set_id=0):
+    return start_reducescatter(arrays, names, op, prescale, postscale, process_set_id).finish()
 
 
 def barrier(process_set_id=0):
-    _core.wait(_core.barrier_async(process_set_id))
+    start_barrier(process_set_id).finish()
 
 
 def join():
-    return int(_core.wait(_core.join_async()))
+    return int(start_join().finish()[0])

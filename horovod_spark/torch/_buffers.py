@@ -12,6 +12,7 @@ from horovod_spark.common.ops import DTYPES as _ops_dtype_codes
 _CORE_DTYPES = {
     torch.uint8: "uint8",
     torch.int8: "int8",
+    torch.uint16: "uint16",
     torch.int16: "int16",
     torch.int32: "int32",
     torch.int64: "int64",

@@ -13,6 +13,7 @@ import threading
 
 from horovod_spark.common import ops as _core
 from horovod_spark.common.process_sets import process_set_id_of as _process_set_id_of
+from horovod_spark.common.process_sets import require_member as _require_member
 from horovod_spark.torch._staging import Deferred
 
 _Pending = collections.namedtuple("_Pending", ["core_handles", "keep_alive", "finish"])
@@ -46,8 +47,13 @@ def op_name(op_type, name, process_set):
 
 
 def process_set_id(process_set):
-    """The core id of ``process_set`` (a clear ValueError when it was never registered)."""
-    return _process_set_id_of(process_set)
+    """The core id of ``process_set`` for a collective this rank submits on it: ValueError, as
+    Horovod raises from the call, when the set was never registered, its id is not a registered
+    set's, or this rank is not one of its members."""
+    ps_id = _process_set_id_of(process_set)
+    if ps_id:
+        _require_member(process_set, "collective on a process set")
+    return ps_id
 
 
 def register(core_handles, keep_alive, finish):

@@ -7,7 +7,7 @@ of the process set can:
 the first auto-mode CUDA collective of a set on each rank runs one small host allgather in which
 every rank says whether NCCL loaded and which GPU it uses (host name and device UUID); NCCL is then
 used for the set iff it loaded everywhere and no two ranks share a GPU (NCCL refuses that). Ops NCCL
-cannot run (Adasum, int16 and bool reductions, scaled integer reductions) are always staged.
+cannot run (Adasum, int16, uint16 and bool reductions, scaled integer reductions) are always staged.
 
 The launchers here submit device pointers with the caller's current CUDA stream: the core orders
 NCCL after the work queued there and makes that stream wait for the collective, and the handle

@@ -17,8 +17,9 @@ enum class DataType : int32_t {
   kFloat64 = 7,
   kBool = 8,
   kInt16 = 9,  // (after the others: the codes are ABI)
+  kUInt16 = 10,
 };
-constexpr int kNumDataTypes = 10;
+constexpr int kNumDataTypes = 11;
 
 inline size_t dtype_size(DataType t) {
   switch (t) {
@@ -27,7 +28,8 @@ inline size_t dtype_size(DataType t) {
     case DataType::kBool: return 1;
     case DataType::kFloat16:
     case DataType::kBFloat16:
-    case DataType::kInt16: return 2;
+    case DataType::kInt16:
+    case DataType::kUInt16: return 2;
     case DataType::kInt32:
     case DataType::kFloat32: return 4;
     case DataType::kInt64:
@@ -48,6 +50,7 @@ inline const char* dtype_name(DataType t) {
     case DataType::kFloat64: return "float64";
     case DataType::kBool: return "bool";
     case DataType::kInt16: return "int16";
+    case DataType::kUInt16: return "uint16";
   }
   return "unknown";
 }

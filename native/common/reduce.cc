@@ -45,9 +45,11 @@ template <class T, bool = std::is_integral_v<T>>
 struct WideOf {
   using type = T;
 };
+// Types narrower than unsigned int widen to it: otherwise C++ promotes them to (signed) int, and
+// the product of two 16-bit values may overflow int.
 template <class T>
 struct WideOf<T, true> {
-  using type = std::make_unsigned_t<T>;
+  using type = std::conditional_t<(sizeof(T) < sizeof(unsigned)), unsigned, std::make_unsigned_t<T>>;
 };
 template <class T>
 using Wide = typename WideOf<T>::type;  // unsigned for integers: wrap-around is defined
@@ -291,6 +293,7 @@ void reduce_dtype(void* dst, const void* a, const void* b, size_t n, DataType dt
     case DataType::kUInt8: return reduce_typed<Isa, uint8_t>(dst, a, b, n, f);
     case DataType::kInt8: return reduce_typed<Isa, int8_t>(dst, a, b, n, f);
     case DataType::kInt16: return reduce_typed<Isa, int16_t>(dst, a, b, n, f);
+    case DataType::kUInt16: return reduce_typed<Isa, uint16_t>(dst, a, b, n, f);
     case DataType::kInt32: return reduce_typed<Isa, int32_t>(dst, a, b, n, f);
     case DataType::kInt64: return reduce_typed<Isa, int64_t>(dst, a, b, n, f);
     case DataType::kFloat16: return Isa::template half<typename Isa::Fp16>(d16, a16, b16, n, f);
@@ -338,6 +341,7 @@ void scale_isa(void* buf, size_t n, DataType dtype, double factor) {
     case DataType::kUInt8: return scale_int_typed<Isa, uint8_t>(buf, n, ff);
     case DataType::kInt8: return scale_int_typed<Isa, int8_t>(buf, n, ff);
     case DataType::kInt16: return scale_int_typed<Isa, int16_t>(buf, n, ff);
+    case DataType::kUInt16: return scale_int_typed<Isa, uint16_t>(buf, n, ff);
     case DataType::kInt32: return scale_int_typed<Isa, int32_t>(buf, n, factor);
     case DataType::kInt64: return scale_int_typed<Isa, int64_t>(buf, n, factor);
     case DataType::kFloat16: return Isa::template scale_half<typename Isa::Fp16>(p16, n, ff);

@@ -127,7 +127,7 @@ cudaStream as_stream(uintptr_t s) { return reinterpret_cast<cudaStream>(s); }
 
 bool nccl_supports(DataType dtype, ReduceOp op, double prescale, double postscale, bool reduces) {
   if (!reduces) return true;  // data movement: any dtype travels as bytes
-  if (dtype == DataType::kBool || dtype == DataType::kInt16) return false;
+  if (dtype == DataType::kBool || dtype == DataType::kInt16 || dtype == DataType::kUInt16) return false;
   switch (op) {
     case ReduceOp::kMin:
     case ReduceOp::kMax:

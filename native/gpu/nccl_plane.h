@@ -43,7 +43,7 @@ struct DeviceOp {
 };
 
 // Whether NCCL runs `op` on `dtype` with these scales (else the framework stages through host
-// memory): no Adasum, int16 or bool reductions; scaling only for floating-point Sum/Average.
+// memory): no Adasum, int16, uint16 or bool reductions; scaling only for floating-point Sum/Average.
 bool nccl_supports(DataType dtype, ReduceOp op, double prescale, double postscale, bool reduces);
 
 class NcclPlane {

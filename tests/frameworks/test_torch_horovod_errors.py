@@ -146,6 +146,37 @@ def check_allgather_and_broadcast_while_a_rank_has_joined(hvd):
         assert hvd.allgather_object(last) == [last] * n
 
 
+def check_collectives_outside_a_process_set_raise_value_error(hvd):
+    """Horovod refuses a collective on a set this rank is not in with ValueError from the call, for
+    a set of one rank too, and so does it a process_set_id that names no registered set."""
+    r = hvd.rank()
+    first, second = hvd.add_process_set([0]), hvd.add_process_set([1])
+    mine, other = (first, second) if r == 0 else (second, first)
+    x = torch.ones(2)
+    assert hvd.allreduce(x, op=hvd.Sum, process_set=mine).tolist() == [1.0, 1.0]
+    calls = {
+        "allreduce": lambda: hvd.allreduce(x, process_set=other),
+        "allreduce_async_": lambda: hvd.allreduce_async_(x.clone(), name="outside.inplace", process_set=other),
+        "grouped_allreduce": lambda: hvd.grouped_allreduce([x, x], process_set=other),
+        "allgather": lambda: hvd.allgather(x, process_set=other),
+        "broadcast": lambda: hvd.broadcast(x, root_rank=other.ranks[0], process_set=other),
+        "alltoall": lambda: hvd.alltoall(x, process_set=other),
+        "reducescatter": lambda: hvd.reducescatter(x, process_set=other),
+        "barrier": lambda: hvd.barrier(process_set=other),
+    }
+    for label, call in calls.items():
+        with pytest.raises(ValueError, match="not a member"):
+            call()
+            pytest.fail("%s on a process set without this rank did not raise" % label)
+    forged = hvd.ProcessSet([0, 1])
+    forged.process_set_id = 77
+    with pytest.raises(ValueError, match="77"):
+        hvd.allreduce(x, process_set=forged)
+    hvd.barrier()
+    for ps in (first, second):  # (in the same order on every rank: removing is a collective)
+        hvd.remove_process_set(ps)
+
+
 CHECKS = [name for name in list(globals()) if name.startswith("check_")]
 
 

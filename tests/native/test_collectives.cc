@@ -28,9 +28,9 @@ using hs::DataType;
 using hs::ReduceOp;
 using Bytes = std::vector<char>;
 
-const DataType kTypes[] = {DataType::kUInt8,   DataType::kInt8,    DataType::kInt16,    DataType::kInt32,
-                           DataType::kInt64,   DataType::kFloat16, DataType::kBFloat16, DataType::kFloat32,
-                           DataType::kFloat64, DataType::kBool};
+const DataType kTypes[] = {DataType::kUInt8,   DataType::kInt8,    DataType::kUInt16,  DataType::kInt16,
+                           DataType::kInt32,   DataType::kInt64,   DataType::kFloat16, DataType::kBFloat16,
+                           DataType::kFloat32, DataType::kFloat64, DataType::kBool};
 const ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProduct};
 // 0, 1, odd, exactly the direct/ring switch for 4-byte types and just above it, large.
 const size_t kCounts[] = {0, 1, 7, 16384, 16385, 300000};
@@ -107,6 +107,7 @@ double get(const Bytes& b, DataType dt, size_t i) {
     case DataType::kUInt8: return load(uint8_t());
     case DataType::kInt8: return load(int8_t());
     case DataType::kInt16: return load(int16_t());
+    case DataType::kUInt16: return load(uint16_t());
     case DataType::kInt32: return load(int32_t());
     case DataType::kInt64: return double(load(int64_t()));
     case DataType::kFloat16: return hs::half_to_float(load(uint16_t()));
@@ -125,6 +126,7 @@ void put(Bytes& b, DataType dt, size_t i, double v) {
     case DataType::kUInt8: return store(uint8_t(v));
     case DataType::kInt8: return store(int8_t(v));
     case DataType::kInt16: return store(int16_t(v));
+    case DataType::kUInt16: return store(uint16_t(v));
     case DataType::kInt32: return store(int32_t(v));
     case DataType::kInt64: return store(int64_t(v));
     case DataType::kFloat16: return store(hs::float_to_half(float(v)));
@@ -160,6 +162,7 @@ double make_value(DataType dt, ReduceOp op, int rank, size_t i) {
     case DataType::kInt16:
       if (prod) return std::floor(u * 4) - 2 + (u >= 0.5 ? 1 : 0);  // -2, -1, 1, 2
       return sum ? std::floor(u * 12001) - 6000 : std::floor(u * 65536) - 32768;
+    case DataType::kUInt16: return sum ? std::floor(u * 12001) : prod ? 1 + std::floor(u * 3) : std::floor(u * 65536);
     case DataType::kInt32:
       return sum    ? std::floor(u * 2e8) - 1e8
              : prod ? std::floor(u * 101) - 50

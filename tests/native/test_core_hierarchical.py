@@ -14,13 +14,13 @@ PLACEMENTS = {"2x2": [0, 0, 1, 1], "3x2": [0, 0, 1, 1, 2, 2], "1/2/3": [0, 1, 1,
 
 
 def _inputs(dtype, count, rank, op, salt=0):
-    """Small integers: for Product in {1, 2} (at most 2**6 = 64 on 6 ranks), else in [-8, 8)."""
+    """Small integers: for Product in {1, 2} (at most 2**6 = 64 on 6 ranks), else in [-8, 8) ([0, 9) unsigned)."""
     import numpy as np
     from support import core_reference as ref
     rng = np.random.default_rng([rank, count, ref.DTYPES.index(dtype), salt])
     if dtype == "bool":
         return rng.integers(0, 2, count).astype(bool)
-    low, high = (1, 3) if op == "Product" else (0, 9) if dtype == "uint8" else (-8, 8)
+    low, high = (1, 3) if op == "Product" else (0, 9) if dtype in ("uint8", "uint16") else (-8, 8)
     vals = rng.integers(low, high, count).astype(np.float32)
     if dtype == "bfloat16":
         return (vals.view(np.uint32) >> 16).astype(np.uint16)

@@ -140,9 +140,9 @@ void test_conversions() {
 
 // ---- reduce_buffers --------------------------------------------------------------------------
 
-const DataType kTypes[] = {DataType::kUInt8,   DataType::kInt8,    DataType::kInt16,    DataType::kInt32,
-                           DataType::kInt64,   DataType::kFloat16, DataType::kBFloat16, DataType::kFloat32,
-                           DataType::kFloat64, DataType::kBool};
+const DataType kTypes[] = {DataType::kUInt8,   DataType::kInt8,    DataType::kUInt16,  DataType::kInt16,
+                           DataType::kInt32,   DataType::kInt64,   DataType::kFloat16, DataType::kBFloat16,
+                           DataType::kFloat32, DataType::kFloat64, DataType::kBool};
 const ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProduct};
 
 template <class T>
@@ -176,6 +176,7 @@ void ref_element(DataType dt, ReduceOp op, const char* a, const char* b, char* o
     case DataType::kUInt8: return st(ref_int_op(op, ld(a, uint8_t()), ld(b, uint8_t())));
     case DataType::kInt8: return st(ref_int_op(op, ld(a, int8_t()), ld(b, int8_t())));
     case DataType::kInt16: return st(ref_int_op(op, ld(a, int16_t()), ld(b, int16_t())));
+    case DataType::kUInt16: return st(ref_int_op(op, ld(a, uint16_t()), ld(b, uint16_t())));
     case DataType::kInt32: return st(ref_int_op(op, ld(a, int32_t()), ld(b, int32_t())));
     case DataType::kInt64: return st(ref_int_op(op, ld(a, int64_t()), ld(b, int64_t())));
     case DataType::kFloat32: return st(ref_float_op(op, ld(a, float()), ld(b, float())));
@@ -336,6 +337,7 @@ void test_scale() {
               case DataType::kUInt8: st(ref_scale_int(ld(uint8_t()), ff)); break;
               case DataType::kInt8: st(ref_scale_int(ld(int8_t()), ff)); break;
               case DataType::kInt16: st(ref_scale_int(ld(int16_t()), ff)); break;
+              case DataType::kUInt16: st(ref_scale_int(ld(uint16_t()), ff)); break;
               case DataType::kInt32: st(ref_scale_int(ld(int32_t()), f)); break;
               case DataType::kInt64: st(ref_scale_int(ld(int64_t()), f)); break;
               case DataType::kFloat16: st(hs::float_to_half(hs::half_to_float(ld(uint16_t())) * ff)); break;

@@ -4,7 +4,7 @@ import os
 
 import numpy as np
 
-DTYPES = ["uint8", "int8", "int16", "int32", "int64", "float16", "bfloat16", "float32", "float64", "bool"]
+DTYPES = ["uint8", "int8", "uint16", "int16", "int32", "int64", "float16", "bfloat16", "float32", "float64", "bool"]
 OPS = {"Sum": 1, "Min": 3, "Max": 4, "Product": 5}
 TOLERANCE = {"float16": 2e-2, "bfloat16": 8e-2, "float32": 1e-5, "float64": 1e-12}
 
@@ -30,7 +30,7 @@ def make_input(dtype, count, rank, op="Sum", salt=0):
             vals = rng.uniform(0.5, 1.5, count)
         else:
             vals = rng.integers(1, 3, count)
-    elif dtype in ("uint8",):
+    elif dtype in ("uint8", "uint16"):
         vals = rng.integers(0, 60, count)
     elif dtype == "int8":
         vals = rng.integers(-30, 30, count)
