@@ -49,6 +49,7 @@ def fitted(train_df, tmp_path_factory):
     return est, est.fit(train_df), store
 
 
+@pytest.mark.legacy_stack
 def test_fit_learns_and_records_what_the_module_logged(fitted):
     _, model, _ = fitted
     assert isinstance(model, LightningModel) and isinstance(model, TorchModel)
@@ -72,6 +73,7 @@ def test_logger_and_checkpoint_files_land_in_the_store_run(fitted):
     assert sorted(os.listdir(store.get_checkpoint_path("main"))) == ["epoch-00002.ckpt", "epoch-00003.ckpt"]
 
 
+@pytest.mark.legacy_stack
 def test_transform_is_the_module_forward(fitted, train_df):
     _, model, _ = fitted
     rows = model.transform(train_df).orderBy("id").select("features", "label__output").collect()
@@ -81,6 +83,7 @@ def test_transform_is_the_module_forward(fitted, train_df):
     np.testing.assert_allclose(np.array([r["label__output"] for r in rows]), expected.numpy(), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.legacy_stack
 def test_save_and_load(fitted, train_df, tmp_path):
     _, model, _ = fitted
     path = str(tmp_path / "model")

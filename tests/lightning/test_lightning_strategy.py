@@ -15,6 +15,7 @@ from horovod_spark.launcher import run_local  # noqa: E402
 pytestmark = pytest.mark.timeout(240)
 
 
+@pytest.mark.legacy_stack
 @pytest.mark.parametrize("accumulate", [1, 2])
 def test_two_ranks_train_like_one_process_on_the_doubled_batch(accumulate):
     results = run_local(lt.train, kwargs={"accumulate": accumulate}, num_proc=2, timeout=180)
