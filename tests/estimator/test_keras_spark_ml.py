@@ -56,7 +56,8 @@ def df(spark):
 def _classifier():
     keras.utils.set_random_seed(0)
     inputs = keras.Input((4,))
-    out = keras.layers.Dense(CLASSES, activation="softmax")(Scale(2.0)(keras.layers.Dense(8, activation="relu")(inputs)))
+    hidden = Scale(2.0)(keras.layers.Dense(8, activation="relu")(inputs))
+    out = keras.layers.Dense(CLASSES, activation="softmax")(hidden)
     return keras.Model(inputs, out)
 
 
