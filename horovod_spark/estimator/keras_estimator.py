@@ -1,5 +1,5 @@
 """KerasEstimator: fit a Keras 3 model (TensorFlow backend) on a Spark DataFrame with horovod_spark ranks."""
-from . import keras_io, keras_payload
+from . import keras_io, keras_payload, keras_persistence
 from .common.declared_params import declare_param
 from .common.estimator import HorovodEstimator
 from .common.fit import FrameworkPlan
@@ -47,6 +47,13 @@ class KerasEstimator(HorovodEstimator):
         return shapes(model.inputs), shapes(model.outputs)
 
     # -- HorovodEstimator hooks --------------------------------------------------------------------
+    def objects_to_bytes(self, objects: dict) -> bytes:
+        return keras_persistence.objects_to_bytes(objects)
+
+    @classmethod
+    def objects_from_bytes(cls, data: bytes) -> dict:
+        return keras_persistence.objects_from_bytes(data)
+
     def _check_framework(self, cfg):
         payload, signature = keras_payload.check_and_pack(self, cfg)
         return FrameworkPlan(payload=payload, signature=signature)

@@ -6,7 +6,9 @@ from .common.model import HorovodModel
 
 class KerasModel(HorovodModel):
     """``transform(df)`` appends one prediction column per label (``output_cols``, default
-    ``<label>__output``): a double for one value per row, else an array of floats. The model runs
+    ``<label>__output``), typed by its label column's type in training as in Horovod (a vector for
+    vector and array labels and for several values per row, else the label's scalar type; see
+    common/output_columns.py); ``classification`` adds Spark ML's classifier columns. The model runs
     with ``predict_on_batch`` on whole Arrow batches in the executors, loaded once per Python worker.
 
     ``getModel()`` is the trained ``keras.Model`` (compiled as it was trained when it comes from a

@@ -35,7 +35,7 @@ class CompileArgs:
                       jit_compile=False, **self.extra)
 
 
-def _compiled_with(model) -> dict:
+def compiled_with(model) -> dict:
     """The arguments ``model.compile`` was called with, as the original objects. Keras keeps them
     (unserialized) on the model; ``get_compile_config()`` would serialize them, which fails for
     lambdas."""
@@ -51,7 +51,7 @@ def compile_args(est, model) -> CompileArgs:
     """Optimizer, loss and metrics from the Params, falling back to the model's own compile()."""
     import keras
     get = est.getOrDefault
-    compiled = _compiled_with(model)
+    compiled = compiled_with(model)
     optimizer = get("optimizer") if get("optimizer") is not None else compiled.get("optimizer")
     if optimizer is None:
         raise ValueError("optimizer is not set and the model is not compiled: pass "

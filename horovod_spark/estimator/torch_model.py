@@ -9,7 +9,9 @@ from .common.model import HorovodModel
 
 class TorchModel(HorovodModel):
     """``transform(df)`` appends one prediction column per label (``output_cols``, default
-    ``<label>__output``): a double for one value per row, else an array of floats. The model runs
+    ``<label>__output``), typed by its label column's type in training as in Horovod (a vector for
+    vector and array labels and for several values per row, else the label's scalar type; see
+    common/output_columns.py); ``classification`` adds Spark ML's classifier columns. The model runs
     on Arrow batches in the executors, deserialized once per Python worker.
 
     ``getModel()`` is the trained ``torch.nn.Module`` (CPU, eval mode); ``getHistory()`` the

@@ -93,10 +93,6 @@ def check_and_pack(est, cfg):
     metrics = list(get("metrics") or [])
     torch_metrics.metric_names(metrics, cfg.label_cols)
     compression = compression_name(get("gradient_compression"))
-    if cfg.sample_weight_col and not constructed and any(
-            isinstance(f, torch.nn.modules.loss._Loss) and f.reduction != "none" for f in losses):
-        raise ValueError("loss: with sample_weight_col the loss must return one value per row; construct it with "
-                         "reduction='none' (e.g. torch.nn.CrossEntropyLoss(reduction='none'))")
 
     parts = {
         "model": _shared.pickled("model", model),

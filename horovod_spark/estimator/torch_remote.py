@@ -12,6 +12,7 @@ import time
 
 import numpy as np
 
+from . import torch_sample_weights
 from .common import rank_device
 from .common.checkpoint import CheckpointStore, resumes
 from .common.history import EpochMetrics, History
@@ -77,6 +78,7 @@ class _Trainer(RankTrainer):
         self.model = parts["model"].to(self.device)
         losses = [make() for make in parts["loss"]] if parts.get("loss_constructed") else parts["loss"]
         self.losses = losses * len(spec.label_cols) if len(losses) == 1 else losses
+        self.row_losses = [torch_sample_weights.per_row(f) for f in self.losses] if spec.sample_weight_col else None
         self.loss_weights = parts.get("loss_weights") or [1.0] * len(spec.label_cols)
         step_fn = parts.get("train_minibatch_fn")
         self.train_minibatch = torch_minibatch.resolve(step_fn) if step_fn is not None else None
@@ -294,16 +296,14 @@ class _Trainer(RankTrainer):
 
     def _loss(self, outputs, labels, weights):
         total, values = 0.0, {}
-        for fn, weight, out, label, name in zip(self.losses, self.loss_weights, outputs, labels, self.spec.label_cols):
-            value = fn(out, label)
+        for i, (fn, weight, out, label, name) in enumerate(zip(self.losses, self.loss_weights, outputs, labels,
+                                                               self.spec.label_cols)):
             if weights is not None:
-                if value.dim() == 0:
-                    raise ValueError("with sample_weight_col the loss must return one value per row, but it returned a "
-                                     "scalar; use reduction='none' (e.g. functools.partial(F.cross_entropy, "
-                                     "reduction='none'))")
-                value = (value.reshape(len(weights), -1).mean(dim=1) * weights).sum() / weights.sum()
-            elif value.dim() != 0:
-                value = value.mean()
+                value = torch_sample_weights.weighted_mean(self.row_losses[i](out, label), weights)
+            else:
+                value = fn(out, label)
+                if value.dim() != 0:
+                    value = value.mean()
             if len(labels) > 1:
                 values["%s_loss" % name] = value.detach()
             total = total + (value * weight if weight != 1.0 else value)

@@ -12,6 +12,7 @@ from typing import List, Optional, Union
 
 from horovod_spark.store import Store
 
+from .classifier_columns import check_mode
 from .elastic_fit import ElasticSettings, check_elastic
 from .transformation_schema import DeclaredTransformation, check_edit_fields, check_removed_fields
 
@@ -74,6 +75,7 @@ def check_common(est) -> FitConfig:
     num_proc = get("num_proc")
     if num_proc is not None:
         num_proc = _positive_int("num_proc", num_proc)
+    check_mode(get("classification"))
     feature_cols = list(get("feature_cols") or [])
     label_cols = list(get("label_cols") or [])
     if not feature_cols:

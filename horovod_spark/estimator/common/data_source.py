@@ -1,9 +1,11 @@
 """Where a fit's data comes from: a DataFrame (prepared into the store, cached) or Parquet files
 already in the store (fit_on_parquet). Each source checks itself without running a Spark job,
 then ``prepare`` yields a DataSpec the ranks read."""
+import collections
 import hashlib
 import json
 import posixpath
+import threading
 from dataclasses import dataclass
 from typing import Optional
 
@@ -47,9 +49,12 @@ class DataFrameSource:
         from horovod_spark.data import prepare_data
         if cfg.validate_finite:
             check_finite(self.df, cfg.feature_cols + cfg.label_cols, "the DataFrame")
-        prepared = prepare_data(cfg.store, self.df, cfg.feature_cols, cfg.label_cols,
-                                sample_weight_col=cfg.sample_weight_col, validation=cfg.validation,
-                                num_proc=num_proc, seed=split_seed, num_files=_num_files(cfg, num_proc))
+        # Fits running at once (tuning with parallelism > 1) often prepare the same data: one at a
+        # time per store, the later ones reuse what the first wrote instead of writing over it.
+        with _preparing(cfg.store):
+            prepared = prepare_data(cfg.store, self.df, cfg.feature_cols, cfg.label_cols,
+                                    sample_weight_col=cfg.sample_weight_col, validation=cfg.validation,
+                                    num_proc=num_proc, seed=split_seed, num_files=_num_files(cfg, num_proc))
         return DataSpec(train_path=prepared.train_path, val_path=prepared.val_path, train_rows=prepared.train_rows,
                         val_rows=prepared.val_rows, key=prepared.key, reused=prepared.reused)
 
@@ -120,6 +125,15 @@ class ParquetSource:
             raise ValueError("fit_on_parquet: no rows under %s" % train)
         return DataSpec(train_path=train, val_path=val, train_rows=rows[0], val_rows=rows[1],
                         key="pq-" + fingerprint.hexdigest()[:24], reused=True)
+
+
+_preparing_locks = collections.defaultdict(threading.Lock)
+_preparing_guard = threading.Lock()
+
+
+def _preparing(store) -> threading.Lock:
+    with _preparing_guard:
+        return _preparing_locks[store.prefix_path]
 
 
 def _num_files(cfg: FitConfig, num_proc: int):

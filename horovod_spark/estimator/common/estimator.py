@@ -1,17 +1,22 @@
 """The estimator base class of every framework's estimator: its Params and keywords (EstimatorParams),
-fit and fit_on_parquet, and the hooks a framework implements."""
+fit and fit_on_parquet, save and load, and the hooks a framework implements."""
 from typing import Optional
 
+import cloudpickle
 from pyspark.ml import Estimator
+from pyspark.ml.util import MLReadable, MLWritable
 
 from .data_source import DataFrameSource, ParquetSource
+from .estimator_persistence import HorovodEstimatorReader, HorovodEstimatorWriter
 from .fit import run_fit
 from .params import EstimatorParams, refuse_unknown_params
 
 
-class HorovodEstimator(Estimator, EstimatorParams):
+class HorovodEstimator(Estimator, EstimatorParams, MLReadable, MLWritable):
     """A framework's estimator declares its own Params (``declare_param``) and implements the hooks
-    below; its keywords, setParams and accessors come from the declarations."""
+    below; its keywords, setParams and accessors come from the declarations. ``save(path)``,
+    ``write().overwrite().save(path)`` and ``<Estimator>.load(path)`` keep every Param
+    (estimator_persistence.py)."""
     framework = None
 
     def refuse_keywords(self, method, unknown):
@@ -53,3 +58,22 @@ class HorovodEstimator(Estimator, EstimatorParams):
         framework whose ``data_module`` Param may hold something else (a Lightning DataModule)
         says which reader it then uses."""
         return self.getOrDefault("data_module")
+
+    # -- persistence -------------------------------------------------------------------------------
+    def write(self):
+        return HorovodEstimatorWriter(self)
+
+    @classmethod
+    def read(cls):
+        return HorovodEstimatorReader(cls)
+
+    def objects_to_bytes(self, objects: dict) -> bytes:
+        """The Params whose values are not JSON ({name: value}: model, optimizer, loss, callbacks ...)
+        as bytes for save(). By default cloudpickled together, so objects sharing state still share
+        it once loaded; a framework whose objects pickle badly overrides this and objects_from_bytes."""
+        return cloudpickle.dumps(objects)
+
+    @classmethod
+    def objects_from_bytes(cls, data: bytes) -> dict:
+        """{name: value} from objects_to_bytes' bytes, in the process that loads the estimator."""
+        return cloudpickle.loads(data)

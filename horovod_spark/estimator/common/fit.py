@@ -16,7 +16,7 @@ from horovod_spark.exceptions import HorovodSparkError
 from horovod_spark.launcher.options import check_num_proc
 from horovod_spark.spark.driver import preflight
 
-from . import run_ranks
+from . import fitted_model, run_ranks
 from .checkpoint import CheckpointStore
 from .checks import check_common
 from .elastic_fit import resolve_sizes, run_elastic_fit
@@ -125,7 +125,7 @@ def run_fit(est, source):
     result = results[0]
     if not isinstance(result, dict) or "history" not in result:
         raise RuntimeError("rank 0 returned no training result (got %r)" % type(result).__name__)
-    return est._build_model(result, cfg, run_id)
+    return fitted_model.finish(est, est._build_model(result, cfg, run_id), cfg.store, data.train_path, cfg.label_cols)
 
 
 def _check_same_run(run_id, cfg, record, signature):

@@ -8,7 +8,7 @@ large) deserialization once per worker, not once per task, batch or row.
 """
 import collections
 import threading
-from typing import Callable, List, Sequence
+from typing import Callable, List, Optional, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -59,17 +59,22 @@ def column_to_numpy(array: pa.Array, name: str = "") -> np.ndarray:
     return array.to_numpy(zero_copy_only=False)
 
 
-def outputs_to_arrow(outputs: Sequence[np.ndarray], scalar: Sequence[bool], names: Sequence[str]) -> pa.Array:
-    """Model outputs -> one Arrow array (a struct of them when there are several): a one-value-per-row
-    output becomes float64 (what Spark ML evaluators expect of a prediction), others a flat
-    float32 list per row."""
+# How outputs_to_arrow writes each array: one value per row as a double (what Spark ML
+# evaluators expect of a prediction), or a flat list per row of float32 (a model's output) or of
+# float64 (the classifier columns).
+DOUBLE, FLOATS, DOUBLES = "double", "floats", "doubles"
+
+
+def outputs_to_arrow(outputs: Sequence[np.ndarray], kinds: Sequence[str], names: Sequence[str]) -> pa.Array:
+    """Model outputs -> one Arrow array (a struct of them when there are several), each written as
+    its kind says (DOUBLE, FLOATS or DOUBLES)."""
     arrays = []
-    for values, is_scalar in zip(outputs, scalar):
+    for values, kind in zip(outputs, kinds):
         rows = values.shape[0]
-        if is_scalar:
+        if kind == DOUBLE:
             arrays.append(pa.array(values.reshape(rows).astype(np.float64, copy=False)))
         else:
-            flat = np.ascontiguousarray(values.reshape(rows, -1), dtype=np.float32)
+            flat = np.ascontiguousarray(values.reshape(rows, -1), dtype=np.float64 if kind == DOUBLES else np.float32)
             width = flat.shape[1]
             offsets = pa.array(np.arange(0, (rows + 1) * width, width, dtype=np.int32))
             arrays.append(pa.ListArray.from_arrays(offsets, pa.array(flat.reshape(-1))))
@@ -79,12 +84,15 @@ def outputs_to_arrow(outputs: Sequence[np.ndarray], scalar: Sequence[bool], name
 
 
 def make_predict_udf(key: str, data: bytes, loader: Callable, predict: Callable, input_shapes,
-                     scalar: List[bool], names: List[str], return_type):
+                     kinds: List[str], names: List[str], return_type, classification: Optional[str] = None):
     """The Arrow UDF for Model.transform(). ``loader(bytes) -> model`` and
     ``predict(model, [numpy inputs]) -> [numpy outputs]`` are the framework's; both must be
-    importable functions so the closure stays small."""
+    importable functions so the closure stays small. ``kinds`` and ``names`` cover the model's
+    outputs, then, with ``classification``, the three classifier columns derived from its output."""
+    from .classifier_columns import derive
     from .shapes import model_inputs
     from .spark_compat import scalar_iter_arrow_udf
+    expected = len(names) - (3 if classification else 0)
 
     def predict_batches(batches):
         model = cached_model(key, data, loader)
@@ -94,10 +102,12 @@ def make_predict_udf(key: str, data: bytes, loader: Callable, predict: Callable,
             # flatten(), unlike field(i), honours the struct's own slice offset.
             columns = [column_to_numpy(a, f.name) for a, f in zip(struct.flatten(), struct.type)]
             outputs = predict(model, model_inputs(columns, input_shapes))
-            if len(outputs) != len(names):
+            if len(outputs) != expected:
                 raise ValueError("the model returned %d output(s) but there are %d output column(s) (%s): return one "
-                                 "output per label column" % (len(outputs), len(names), names))
-            yield outputs_to_arrow(outputs, scalar, names)
+                                 "output per label column" % (len(outputs), expected, names[:expected]))
+            if classification:
+                outputs = list(outputs) + list(derive(outputs[0], classification))
+            yield outputs_to_arrow(outputs, kinds, names)
 
     # spark_compat: arrow_udf on pyspark >= 4.1; a pandas UDF around the same function on the
     # older stack (pyspark 3.5), which has no arrow_udf.

@@ -14,7 +14,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from . import inference
+from . import classifier_columns, inference, output_columns
 from .params import ModelParams
 from .persistence import HorovodModelReader, HorovodModelWriter
 
@@ -90,10 +90,13 @@ class HorovodModel(Model, ModelParams, MLReadable, MLWritable):
         outputs = self.resolved_output_cols()
         if not outputs:
             raise ValueError("neither output_cols nor label_cols is set: set output_cols to name the predictions")
-        clash = [c for c in outputs if c in fields]
+        classification = classifier_columns.check_mode(self.getOrDefault("classification"))
+        extra = classifier_columns.column_names(self) if classification else []
+        clash = [c for c in outputs + extra if c in fields]
         if clash:
-            raise ValueError("output column(s) %s already exist in the DataFrame: drop them or set output_cols to "
-                             "other names" % clash)
+            raise ValueError("output column(s) %s already exist in the DataFrame: drop them or set %s to other names"
+                             % (clash, "output_cols / " + " / ".join(classifier_columns.COLUMN_PARAMS)
+                                if extra else "output_cols"))
 
         # Fields named as the feature columns: the UDF's errors name them.
         inputs = F.struct(*[_model_input(c, fields[c]).alias(c) for c in features])
@@ -103,17 +106,38 @@ class HorovodModel(Model, ModelParams, MLReadable, MLWritable):
         if len(shapes) != len(outputs):
             raise ValueError("the model has %d output(s) but %d output column(s) are named (%s): name one per output"
                              % (len(shapes), len(outputs), outputs))
-        scalar = [math.prod(s) == 1 for s in shapes]
-        kinds = [T.DoubleType() if s else T.ArrayType(T.FloatType(), False) for s in scalar]
-        return_type = kinds[0] if len(kinds) == 1 else T.StructType(
-            [T.StructField(name, kind, False) for name, kind in zip(outputs, kinds)])
+        if classification and len(outputs) != 1:
+            raise ValueError("classification=%r adds Spark ML's classifier columns for a model with one output, but "
+                             "this one has %d (%s): unset classification" % (classification, len(outputs), outputs))
+        kinds = [output_columns.prediction_type(t, math.prod(s) == 1)
+                 for t, s in zip(self._label_types(fields, len(outputs)), shapes)]
+        udf_kinds = [inference.FLOATS if k == output_columns.VECTOR else inference.DOUBLE for k in kinds]
+        udf_kinds += [inference.DOUBLES, inference.DOUBLES, inference.DOUBLE] if extra else []
+        names = outputs + extra
+        udf_types = [T.DoubleType() if k == inference.DOUBLE else
+                     T.ArrayType(T.DoubleType() if k == inference.DOUBLES else T.FloatType(), False) for k in udf_kinds]
+        return_type = udf_types[0] if len(names) == 1 else T.StructType(
+            [T.StructField(name, kind, False) for name, kind in zip(names, udf_types)])
         udf = inference.make_predict_udf(key, data, type(self)._loader, type(self)._predictor,
-                                         self._input_shapes(), scalar, outputs, return_type)
-        if len(outputs) == 1:
-            return dataset.withColumn(outputs[0], udf(inputs))
+                                         self._input_shapes(), udf_kinds, names, return_type, classification)
+        # The classifier columns: two vectors and the class index, as Spark ML's classifiers give them.
+        kinds += [output_columns.VECTOR, output_columns.VECTOR, "double"] if extra else []
+        if len(names) == 1:
+            return dataset.withColumn(outputs[0], output_columns.typed_column(udf(inputs), kinds[0]))
         holder = "__horovod_spark_outputs_%s" % key[-8:]
         with_struct = dataset.withColumn(holder, udf(inputs))
-        return with_struct.withColumns({name: F.col(holder)[name] for name in outputs}).drop(holder)
+        return with_struct.withColumns({name: output_columns.typed_column(F.col(holder)[name], kind)
+                                        for name, kind in zip(names, kinds)}).drop(holder)
+
+    def _label_types(self, fields, count):
+        """Per output, the type its label column had in training (recorded by the fit), else in the
+        DataFrame being transformed; None where neither tells."""
+        recorded = self.getOrDefault("label_types")
+        if recorded and len(recorded) == count:
+            return list(recorded)
+        labels = list(self.getOrDefault("label_cols") or [])
+        return [output_columns.label_type_of_spark(fields[labels[i]]) if i < len(labels) and labels[i] in fields
+                else None for i in range(count)]
 
     def _probe_output_shapes(self, dataset, inputs, key, data):
         """Output shapes of a model that was not fitted here (so none were recorded): run it on one row."""

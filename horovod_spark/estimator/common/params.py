@@ -20,6 +20,17 @@ class ColumnParams(KeywordParams):
                                  "(n,) for arrays/vectors of n values and (1,) for scalars", conv.to_shapes)
     run_id = declare_param("run_id", "name of the training run under <store>/runs/; reusing one resumes it",
                            TypeConverters.toString)
+    classification = declare_param("classification", "add Spark ML's classifier columns (raw_prediction_col, "
+                                   "probability_col, prediction_col) beside the model's own prediction column, for "
+                                   "Spark's evaluators and tuning: 'logits' when the model outputs unnormalised "
+                                   "scores, 'probabilities' when it ends with a softmax or sigmoid; None: off",
+                                   TypeConverters.toString)
+    raw_prediction_col = declare_param("raw_prediction_col", "with classification: the column of raw scores",
+                                       TypeConverters.toString, default="rawPrediction")
+    probability_col = declare_param("probability_col", "with classification: the column of class probabilities",
+                                    TypeConverters.toString, default="probability")
+    prediction_col = declare_param("prediction_col", "with classification: the column of the predicted class index",
+                                   TypeConverters.toString, default="prediction")
 
 
 class EstimatorParams(ColumnParams):
@@ -33,8 +44,9 @@ class EstimatorParams(ColumnParams):
                             conv.to_list, default=[])
     label_shapes = declare_param("label_shapes", "per-row shape of each label (batch dimension excluded)",
                                  conv.to_shapes)
-    sample_weight_col = declare_param("sample_weight_col", "column of per-row loss weights (the loss must then return "
-                                      "one value per row)", TypeConverters.toString)
+    sample_weight_col = declare_param("sample_weight_col", "column of per-row loss weights: each row's loss is "
+                                      "multiplied by its weight, then averaged over the batch's rows",
+                                      TypeConverters.toString)
     validation = declare_param("validation", "fraction of rows held out for validation, or the name of a "
                                "boolean/integer column marking validation rows", conv.to_validation)
     batch_size = declare_param("batch_size", "rows per training batch on each rank", TypeConverters.toInt, default=32)
@@ -130,6 +142,11 @@ class ModelParams(ColumnParams):
     history = declare_param("history", "per-epoch metrics of the fit: {name: [value per epoch]}", default={})
     output_shapes = declare_param("output_shapes", "per-row shape of each model output, as seen in training",
                                   conv.to_shapes)
+    label_types = declare_param("label_types", "per label column, its type in training ('vector', 'array' or a "
+                                "scalar type such as 'int' or 'double'): the type of its prediction column follows it, "
+                                "as in Horovod (docs/estimator.md)", conv.to_column_list)
+    fit_params = declare_param("fit_params", "the Params of the estimator fit that made this model: {name: value}, "
+                               "objects (optimizer, loss, store ...) by their repr", default={})
 
     def resolved_output_cols(self):
         given = self.getOrDefault("output_cols")

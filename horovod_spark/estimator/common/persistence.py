@@ -7,6 +7,7 @@ Both parts go through Spark, so any path Spark can write (local, hdfs://, dbfs:/
 with the same code, and ``write().overwrite()`` uses Spark's own overwrite handling.
 """
 import importlib
+import json
 
 from pyspark.ml.util import DefaultParamsReader, DefaultParamsWriter, MLReader, MLWriter
 
@@ -16,18 +17,28 @@ FORMAT_VERSION = 1
 _MODEL_DIR = "model"
 
 
-def _join(path: str, name: str) -> str:
+def is_json_value(value) -> bool:
+    """Whether ``value`` survives a JSON round trip unchanged (so Spark ML metadata can hold it)."""
+    try:
+        return json.loads(json.dumps(value)) == value
+    except (TypeError, ValueError):
+        return False
+
+
+def join_path(path: str, name: str) -> str:
     return path.rstrip("/") + "/" + name
 
 
-def _metadata_target(rw):
+def metadata_target(rw):
     """What DefaultParams{Writer,Reader} get: the SparkContext, as pyspark 3.5 (the older stack) takes
     only a context; a Spark Connect session has none, and pyspark 4 takes the session instead."""
     session = rw.sparkSession
     return session if is_connect_session(session) else rw.sc
 
 
-class HorovodModelWriter(MLWriter):
+class HorovodWriter(MLWriter):
+    """The writer of every horovod_spark stage: Spark's, with a clear error for what Spark Connect cannot do."""
+
     def __init__(self, instance):
         super().__init__()
         self.instance = instance
@@ -39,14 +50,16 @@ class HorovodModelWriter(MLWriter):
                              "delete %s first" % path)
         super().save(path)
 
+
+class HorovodModelWriter(HorovodWriter):
     def saveImpl(self, path: str) -> None:
         instance = self.instance
         data = instance.model_bytes()
         extra = {"horovod_spark": {"format_version": FORMAT_VERSION, "framework": instance.framework}}
-        DefaultParamsWriter.saveMetadata(instance, path, _metadata_target(self), extraMetadata=extra,
+        DefaultParamsWriter.saveMetadata(instance, path, metadata_target(self), extraMetadata=extra,
                                          paramMap=instance.json_params())
         frame = self.sparkSession.createDataFrame([(bytearray(data),)], "model binary")
-        frame.coalesce(1).write.parquet(_join(path, _MODEL_DIR))
+        frame.coalesce(1).write.parquet(join_path(path, _MODEL_DIR))
 
 
 class HorovodModelReader(MLReader):
@@ -55,7 +68,7 @@ class HorovodModelReader(MLReader):
         self.cls = cls
 
     def load(self, path: str):
-        metadata = DefaultParamsReader.loadMetadata(path, _metadata_target(self))
+        metadata = DefaultParamsReader.loadMetadata(path, metadata_target(self))
         info = metadata.get("horovod_spark") or {}
         if info.get("format_version") != FORMAT_VERSION:
             raise ValueError("%s was not saved by a horovod_spark model of this version (format %r, expected %r)"
@@ -67,6 +80,6 @@ class HorovodModelReader(MLReader):
         instance = cls()
         instance._resetUid(metadata["uid"])
         DefaultParamsReader.getAndSetParams(instance, metadata)
-        row = self.sparkSession.read.parquet(_join(path, _MODEL_DIR)).first()
+        row = self.sparkSession.read.parquet(join_path(path, _MODEL_DIR)).first()
         instance.set_model_bytes(bytes(row[0]))
         return instance

@@ -11,6 +11,8 @@ from typing import Any, Dict, List, Optional
 from horovod_spark.spark.backend import SparkBackend
 from horovod_spark.spark.run_options import ElasticSparkOptions, SparkRunOptions
 
+from . import slot_gate
+
 # How the fit names itself in the messages of the options it passes on.
 FIT = "fit"
 
@@ -45,8 +47,17 @@ class RankRunner:
     def run(self, fn, args, num_proc: int, env: Dict[str, str], printer, verbose: int) -> List:
         """Results by rank of ``fn(*args)``; ``num_proc`` is the fit's resolved number of ranks."""
         if self.on_spark:
+            from horovod_spark.session import active_session
             from horovod_spark.spark.entry import run_with_options
-            return run_with_options(fn, args, None, self.spark_options(num_proc, env, printer, verbose))
+
+            def log(text):
+                if verbose >= 1:
+                    printer.write("[horovod_spark] %s\n" % text)
+                    printer.flush()
+
+            key, total = slot_gate.cluster_slots(active_session(), num_proc)
+            with slot_gate.slots_held(key, total, num_proc, log):
+                return run_with_options(fn, args, None, self.spark_options(num_proc, env, printer, verbose))
         return self.backend.run(fn, args=args, kwargs={}, env=env)
 
     def spark_options(self, num_proc: int, env: Dict[str, str], printer, verbose: int) -> SparkRunOptions:
