@@ -4,8 +4,9 @@ import os
 import subprocess
 import sys
 
-import horovod_spark
 from support import REPO_ROOT
+
+import horovod_spark
 
 
 def test_setup_py_takes_the_version_from_the_package():
