@@ -5,6 +5,9 @@ and any torch version; only pybind11 is needed at build time.
 """
 import glob
 import os
+import re
+import shutil
+import subprocess
 
 from setuptools import find_packages, setup
 from setuptools.command.build_ext import build_ext
@@ -15,6 +18,14 @@ except ImportError as exc:  # pragma: no cover - explained to the user, not sile
     raise SystemExit("horovod_spark needs pybind11 to build its native core: pip install pybind11") from exc
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def package_version():
+    """horovod_spark.__version__, read from the source (importing the package here would need its
+    dependencies at build time)."""
+    with open(os.path.join(HERE, "horovod_spark", "__init__.py")) as f:
+        return re.search(r'^__version__ = "([^"]+)"$', f.read(), re.M).group(1)
+
 
 # The ranges the library works with, for installing it into an environment of your own. The tests
 # run on the exact versions of requirements.lock / requirements-legacy.lock, and tests/project/test_locks.py
@@ -62,10 +73,45 @@ core = Pybind11Extension(
 )
 
 
+NO_COMPILER = """horovod_spark builds its native core from C++17 sources when it is installed from source, and
+no working C++ compiler was found ({tried}).
+Either install one and retry:
+    Debian/Ubuntu: apt-get install g++        RHEL/Fedora/Rocky: dnf install gcc-c++
+    Alpine: apk add g++                         conda: conda install -c conda-forge gxx_linux-64
+(or point CC and CXX at yours), or install a binary wheel, which needs no compiler:
+    pip install --only-binary horovod_spark horovod_spark"""
+
+
+def missing_compilers(compiler):
+    """The compiler commands of this build (CC, CXX and the linker, as setuptools resolved them)
+    that are not there or do not run; empty when all of them work."""
+    missing = []
+    for attr in ("compiler_so", "compiler_cxx", "linker_so"):
+        command = getattr(compiler, attr, None)
+        if not command or command[0] in missing:
+            continue
+        exe = shutil.which(command[0])
+        try:
+            works = exe is not None and subprocess.run([exe, "--version"], stdout=subprocess.DEVNULL,
+                                                       stderr=subprocess.DEVNULL, timeout=60).returncode == 0
+        except (OSError, subprocess.TimeoutExpired):
+            works = False
+        if not works:
+            missing.append(command[0])
+    return missing
+
+
 class ParallelBuildExt(build_ext):
-    """Compile the core's translation units in parallel (setuptools compiles serially by default)."""
+    """Compile the core's translation units in parallel (setuptools compiles serially by default),
+    after checking that there is a compiler: without one the build stops at once with what to
+    install, instead of failing later on the first source file."""
 
     def build_extensions(self):
+        missing = missing_compilers(self.compiler)
+        if missing:
+            raise SystemExit(NO_COMPILER.format(tried=", ".join(repr(c) for c in missing)
+                                                + " did not run; CC=%r, CXX=%r" % (os.environ.get("CC"),
+                                                                                   os.environ.get("CXX"))))
         if self.parallel is None:
             self.parallel = os.cpu_count() or 1
         super().build_extensions()
@@ -73,8 +119,10 @@ class ParallelBuildExt(build_ext):
 
 setup(
     name="horovod_spark",
-    version="0.1.0",
+    version=package_version(),
     description="Horovod-style distributed deep learning on Apache Spark",
+    long_description=open(os.path.join(HERE, "README.md")).read(),
+    long_description_content_type="text/markdown",
     license="Apache-2.0",
     packages=find_packages(include=["horovod_spark", "horovod_spark.*"]),
     ext_modules=[core],

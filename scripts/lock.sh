@@ -10,7 +10,8 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$root/scripts/venv.sh"
 cd "$root"
-for stack in requirements requirements-legacy; do
+# requirements-build / requirements-wheel-tools: what scripts/build_wheels.sh builds the wheels with.
+for stack in requirements requirements-legacy requirements-build requirements-wheel-tools; do
   CUSTOM_COMPILE_COMMAND="bash scripts/lock.sh" "$root/.venv/bin/pip-compile" --quiet \
     --generate-hashes --allow-unsafe --strip-extras --no-emit-index-url --no-emit-find-links \
     --output-file "$stack.lock" "$@" "$stack.in"

@@ -1,13 +1,17 @@
 """``horovod-spark-run --check-build``: what this installation can do, in Horovod's layout.
 
 Every line is a probe of this installation, not a constant: a framework is listed as available
-when it imports, "CUDA tensors" when it was built with CUDA (collectives then stage its device
-tensors through host memory), and NCCL never, as the core has no NCCL data plane (meanings in
-horovod_spark/common/gpu_support.py).
+when it imports; the transports the core has (TCP between hosts, shared memory within one, MPI when
+mpi4py is installed, TLS for the job's control connections when Python has ssl); "CUDA tensors" when
+a framework was built with CUDA (collectives then accept its device tensors); NCCL when PyTorch is a
+CUDA build and the core's NCCL data plane opened libcudart and libnccl, with the reason when it did
+not (meanings in horovod_spark/common/gpu_support.py).
 """
+import importlib.util
 import os
 import sys
 
+import horovod_spark
 from horovod_spark.common import basics, gpu_support
 
 
@@ -37,20 +41,35 @@ def _import_tensorflow_quietly() -> None:
         os.close(saved)
 
 
+def _nccl_lines() -> list:
+    """The NCCL data plane, and why it is off when it is."""
+    if not gpu_support.installed("torch"):
+        return ["    [ ] NCCL data plane for PyTorch's CUDA tensors", "        (PyTorch is not installed)"]
+    if not gpu_support.cuda_built("torch"):
+        import torch
+        return ["    [ ] NCCL data plane for PyTorch's CUDA tensors",
+                "        (torch %s is a CPU build; a CUDA build of torch brings the NCCL library)" % torch.__version__]
+    from horovod_spark.common import nccl
+    reason = nccl.unavailable_reason()
+    return (["    %s NCCL data plane for PyTorch's CUDA tensors" % _box(not reason)]
+            + ["        " + line for line in reason.splitlines()[1:]])
+
+
 def report() -> str:
     """The --check-build text."""
     _import_tensorflow_quietly()
-    from importlib.metadata import PackageNotFoundError, version
-    try:
-        ours = version("horovod_spark")
-    except PackageNotFoundError:
-        ours = "(not installed as a package: run from a source tree)"
-    lines = ["horovod_spark %s:" % ours, "", "Available Frameworks:"]
+    lines = ["horovod_spark %s (%s):" % (horovod_spark.__version__, os.path.dirname(horovod_spark.__file__)), "",
+             "Available Frameworks:"]
     for label, name in (("TensorFlow", "tensorflow"), ("PyTorch", "torch")):
         installed = gpu_support.installed(name)
         lines.append("    %s %s" % (_box(installed), label))
     lines += ["", "Available Controllers:", "    %s MPI" % _box(basics.mpi_built()),
               "    %s Gloo (horovod_spark's own TCP/shared-memory core)" % _box(basics.gloo_built()),
+              "", "Available Transports:",
+              "    [X] TCP between hosts",
+              "    [X] shared memory between the ranks of one host",
+              "    %s MPI (libmpi through mpi4py)" % _box(basics.mpi_built()),
+              "    %s TLS for the job's control connections" % _box(importlib.util.find_spec("ssl") is not None),
               "", "Available Tensor Operations:", "    %s NCCL" % _box(gpu_support.nccl_built()),
               "    [ ] DDL", "    [ ] CCL", "    %s MPI" % _box(basics.mpi_built()),
               "    %s Gloo" % _box(basics.gloo_built()), "", "GPU support:"]
@@ -59,9 +78,5 @@ def report() -> str:
         devices = gpu_support.device_count(name) if built else 0
         lines.append("    %s CUDA tensors in %s (host staging)%s"
                      % (_box(built), label, ", %d device(s) visible" % devices if built else ""))
-    if gpu_support.cuda_built("torch"):
-        from horovod_spark.common import nccl
-        reason = nccl.unavailable_reason()
-        lines.append("    %s NCCL data plane for PyTorch's CUDA tensors" % _box(not reason))
-        lines += ["        " + line for line in reason.splitlines()[1:]]
+    lines += _nccl_lines()
     return "\n".join(lines) + "\n"

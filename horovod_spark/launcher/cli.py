@@ -12,6 +12,7 @@ import sys
 import threading
 from typing import List, Optional, Sequence
 
+import horovod_spark
 from horovod_spark.common import config
 from horovod_spark.exceptions import ConfigError
 from horovod_spark.launcher.local_job import LocalJob
@@ -82,8 +83,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="set an environment variable for every rank (repeatable)")
     parser.add_argument("--verbose", action="store_true", help="report what the launcher does on stderr")
     parser.add_argument("--check-build", action="store_true",
-                        help="print the frameworks, controllers, tensor operations and GPU support this "
+                        help="print the frameworks, transports, tensor operations and GPU support this "
                              "installation has, and exit")
+    parser.add_argument("--version", action="version", version="%(prog)s " + horovod_spark.__version__)
     parser.add_argument("command", nargs=argparse.REMAINDER, help="the command each rank runs")
     return parser
 

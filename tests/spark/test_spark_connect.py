@@ -1,8 +1,9 @@
 """horovod_spark.run and HorovodRunner from a Spark Connect client, against a real Spark Connect
 server started from the pip package over local[2] (one server for the module): results by rank,
 rank output returned to the client, a failing rank's traceback, missing slots and MPI mode
-refused at once, and the dispatch between classic and remote sessions."""
+refused at once, the dispatch between classic and remote sessions, and TorchDistributor's DDP."""
 import io
+import os
 import sys
 import time
 
@@ -86,6 +87,23 @@ def test_missing_slots_and_mpi_mode_fail_before_any_stage(remote):
 def test_horovod_runner_returns_rank_zeros_result(remote, capsys):
     assert HorovodRunner(np=2).run(_allreduce, scale=2) == {"rank": 0, "size": 2, "total": 6.0}
     assert "[1]<stdout>:rank 1 of 2 says hello" in capsys.readouterr().out
+
+
+def _ddp_allreduce(scale):
+    import torch
+    import torch.distributed as dist
+    dist.init_process_group("gloo")
+    total = torch.tensor([float(dist.get_rank() + 1)])
+    dist.all_reduce(total)
+    dist.barrier()
+    dist.destroy_process_group()
+    return {"rank": int(os.environ["RANK"]), "total": total.item() * scale}
+
+
+def test_torch_distributor_runs_ddp_from_a_remote_session(remote):
+    from horovod_spark import TorchDistributor
+    distributor = TorchDistributor(num_processes=2, local_mode=False, use_gpu=False)
+    assert distributor.run(_ddp_allreduce, 2) == {"rank": 0, "total": 6.0}
 
 
 def test_cluster_facts_come_from_the_remote_sessions_configuration(remote):
