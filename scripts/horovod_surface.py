@@ -6,7 +6,8 @@
 
 ``derive`` reads Horovod's modules at the tag (``git show``; no Horovod install needed) and writes
 tests/support/horovod_surface.json: per module, every public name with its kind and, for functions
-and classes, the parameter names. Public: what the module defines or imports from Horovod's own
+and classes, the parameter names; for classes, every public method and property (those of their
+Horovod base classes included) with its parameter names. Public: what the module defines or imports from Horovod's own
 modules, not starting with ``_``; names from ``horovod.common.util`` (helpers such as
 ``check_extension``) and from other packages (``os``, ``tf``) are not part of the API. The estimator
 entries list each estimator's constructor keywords and its ``get*``/``set*`` methods.
@@ -124,6 +125,59 @@ def _describe(node):
     return ("class" if isinstance(node, ast.ClassDef) else "function"), _params(node), _positional(node)
 
 
+def _decorators(function) -> set:
+    return {getattr(d, "id", getattr(d, "attr", None)) for d in function.decorator_list}
+
+
+def _method(function) -> dict:
+    """A method's entry: a property, or its parameters without self/cls (a staticmethod keeps all)."""
+    decorators = _decorators(function)
+    if "property" in decorators:
+        return {"kind": "property", "params": None, "positional": None}
+    args = function.args
+    names = [a.arg for a in args.posonlyargs + args.args]
+    params = list(names)
+    if args.vararg:
+        params.append("*" + args.vararg.arg)
+    params += [a.arg for a in args.kwonlyargs]
+    if args.kwarg:
+        params.append("**" + args.kwarg.arg)
+    drop = 0 if "staticmethod" in decorators else 1
+    return {"kind": "method", "params": params[drop:], "positional": names[drop:]}
+
+
+def _class_node(source: Source, module: str, name: str, depth: int = 0):
+    """(module, ClassDef) of class ``name`` as ``module`` defines or imports it from Horovod, or None."""
+    parsed = source.module(module)
+    if parsed is None or depth > 4:
+        return None
+    for node in _statements(parsed[0].body):
+        if isinstance(node, ast.ClassDef) and node.name == name:
+            return module, node
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("horovod"):
+            for alias in node.names:
+                if (alias.asname or alias.name) == name:
+                    return _class_node(source, node.module, alias.name, depth + 1)
+    return None
+
+
+def class_methods(source: Source, module: str, name: str) -> dict:
+    """The public methods (and properties) of class ``name``, its Horovod base classes' included:
+    {method: {kind, params, positional}}, the most derived definition winning."""
+    found = _class_node(source, module, name)
+    if found is None:
+        return {}
+    where, node = found
+    methods = {}
+    for base in node.bases:
+        if isinstance(base, ast.Name):  # bases from other packages (keras.callbacks.Callback) are not Horovod's API
+            methods.update(class_methods(source, where, base.id))
+    for item in node.body:
+        if isinstance(item, ast.FunctionDef) and not item.name.startswith("_"):
+            methods[item.name] = _method(item)
+    return methods
+
+
 def public_names(source: Source, module: str) -> dict:
     tree, is_package = source.module(module)
     names = {}
@@ -167,6 +221,9 @@ def derive(git_dir: str, tag: str) -> dict:
     out = {"horovod_version": tag.lstrip("v"), "modules": {}, "estimators": {}}
     for module in MODULES:
         out["modules"][module] = public_names(source, module)
+        for name, info in out["modules"][module].items():
+            if info["kind"] == "class":
+                info["methods"] = class_methods(source, module, name)
     for key, (module, name) in ESTIMATORS.items():
         out["estimators"][key] = estimator_surface(source, module, name)
     return out

@@ -49,7 +49,9 @@ def write_parquet(store, key: str, out_df: DataFrame, has_split: bool, num_parti
     (train, val) file lists. Whatever an interrupted earlier attempt left there is removed first:
     the caller has checked that no complete dataset (metadata.json) exists under this key."""
     data_dir = store.get_data_path(key)
-    store.delete(data_dir)
+    train_dir, val_dir = store.get_train_data_path(key), store.get_val_data_path(key)
+    for directory in (data_dir, train_dir, val_dir):  # the splits are elsewhere under a store's train_path=
+        store.delete(directory)
     staging = posixpath.join(data_dir, "_staging-" + uuid.uuid4().hex[:12])
     if num_partitions is not None:
         # repartition, not coalesce: coalesce would also narrow the upstream computation.
@@ -68,7 +70,6 @@ def write_parquet(store, key: str, out_df: DataFrame, has_split: bool, num_parti
         writer = writer.partitionBy(SPLIT_COL)
     writer.parquet(store.to_spark_path(staging))
 
-    train_dir, val_dir = store.get_train_data_path(key), store.get_val_data_path(key)
     if has_split:
         _move_or_create(store, posixpath.join(staging, SPLIT_COL + "=false"), train_dir)
         _move_or_create(store, posixpath.join(staging, SPLIT_COL + "=true"), val_dir)

@@ -24,6 +24,7 @@ class ElasticDriver:
         self.removed: set = set()   # workers that will never be part of a generation again
         self.failure: Optional[str] = None
         self.last_seen: Dict[int, float] = {}  # worker -> time.monotonic() of its last heartbeat
+        self.assigned: Dict[int, int] = {}     # worker -> the newest generation it was given a rank in
         server.add_handler(elastic_rendezvous.OP_ASSIGN, self._handle_assign)
         server.add_handler(elastic_rendezvous.OP_GENERATION, self._handle_generation)
         server.add_handler(elastic_rendezvous.OP_ALIVE, self._handle_alive)
@@ -57,6 +58,7 @@ class ElasticDriver:
             if worker in self.removed:
                 return ("excluded", "the driver removed worker %d from the job" % worker)
             if self.generation > after and worker in self.members:
+                self.assigned[worker] = self.generation
                 return ("ok", self.generation, self.members.index(worker), len(self.members))
             return None
 

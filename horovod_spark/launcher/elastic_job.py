@@ -3,8 +3,10 @@
 Each worker is a process of ``run_local_rank`` with HOROVOD_ELASTIC set, supervised on its own (so
 workers can be added while the job runs). The loop here watches them: a worker that exits without
 reporting a result or an error (killed, crashed, ``os._exit``) is lost, and the driver re-forms the
-job from the survivors (their ``hvd.elastic.run`` rolls back and resets); a worker whose function
-raised ends the whole job, as in ``run_local``. ``discover_slots``, polled every second, says how
+job from the survivors (their ``hvd.elastic.run`` rolls back and resets). A worker whose function
+raised is lost the same way, as Horovod's elastic driver counts any failed worker (there is no task
+retry here: ``discover_slots`` may offer its slot again), and the error that ends a job that cannot
+go on names every loss, with what each function raised. ``discover_slots``, polled every second, says how
 many workers this machine may run now: when it offers more than are running (up to
 ``max_num_proc``), workers are added and the ranks learn of them at their next commit.
 """
@@ -18,9 +20,10 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, TextI
 from horovod_spark.common import config, source_pickle, wire
 from horovod_spark.common.kv_client import KVClient
 from horovod_spark.common.kv_server import KVStoreServer
-from horovod_spark.exceptions import ElasticJobError, RankFailedError
+from horovod_spark.exceptions import ElasticJobError
 from horovod_spark.launcher import run_local_rank
 from horovod_spark.launcher.elastic_driver import ElasticDriver
+from horovod_spark.launcher.elastic_failures import Failures
 from horovod_spark.launcher.local_job import LOCAL_ADDR, rank_environment
 from horovod_spark.launcher.options import ElasticLocalOptions
 from horovod_spark.launcher.supervisor import RankSupervisor, describe_exit
@@ -48,7 +51,7 @@ class _ElasticLocalJob:
         self.workers: Dict[int, RankSupervisor] = {}
         self.running: List[int] = []      # workers still running, in rank order of the newest generation
         self.finished: List[int] = []
-        self.lost: List[str] = []
+        self.failures = Failures()
         self.resets = 0
         self.last_rank: Dict[int, int] = {}
 
@@ -75,18 +78,18 @@ class _ElasticLocalJob:
         if count_reset:
             self.resets += 1
             if self.reset_limit is not None and self.resets > self.reset_limit:
-                raise ElasticJobError("the elastic job needed reset %d (%s) but reset_limit=%d; lost so far: %s"
-                                      % (self.resets, cause, self.reset_limit, "; ".join(self.lost) or "none"))
+                raise ElasticJobError("the elastic job needed reset %d (%s) but reset_limit=%d; lost so far: %s%s"
+                                      % (self.resets, cause, self.reset_limit, self.failures.summary(),
+                                         self.failures.traceback_note()))
         generation = self.driver.form(self.running)
         self.last_rank.update({w: r for r, w in enumerate(self.running)})
         if cause:
             log.warning("elastic job: %s; generation %d has %d rank(s): workers %s",
                         cause, generation, len(self.running), self.running)
 
-    def lose(self, worker: int, returncode: int, discover_slots) -> None:
-        rank = self.last_rank.get(worker)
-        what = "worker %d (rank %s) %s" % (worker, rank, describe_exit(returncode))
-        self.lost.append(what)
+    def lose(self, worker: int, returncode: int, discover_slots, traceback_text: Optional[str] = None) -> None:
+        """``worker`` exited with ``returncode`` (``traceback_text``: its function raised)."""
+        what = self.failures.add(worker, self.last_rank.get(worker), describe_exit(returncode), traceback_text)
         self.running.remove(worker)
         self.driver.remove(worker)
         deadline = time.monotonic() + self.elastic_timeout
@@ -97,10 +100,11 @@ class _ElasticLocalJob:
                 break
             if discover_slots is None or time.monotonic() >= deadline:
                 raise ElasticJobError(
-                    "the elastic job lost %s; %d rank(s) remain, fewer than min_num_proc=%d%s"
-                    % ("; ".join(self.lost), len(self.running), self.min_num_proc,
+                    "the elastic job lost %s; %d rank(s) remain, fewer than min_num_proc=%d%s%s"
+                    % (self.failures.summary(), len(self.running), self.min_num_proc,
                        "" if discover_slots is None else
-                       " and no slots were offered within elastic_timeout=%.0f s" % self.elastic_timeout))
+                       " and no slots were offered within elastic_timeout=%.0f s" % self.elastic_timeout,
+                       self.failures.traceback_note()))
             time.sleep(_DISCOVER_EVERY_S)
         self._form("lost " + what, count_reset=True)
 
@@ -139,8 +143,8 @@ def run_elastic_local(fn: Callable[..., Any], args: Sequence[Any] = (), kwargs: 
     ``num_proc``); ``discover_slots()`` (optional) may offer slots to grow back, up to
     ``max_num_proc`` (default ``num_proc``). ``reset_limit``: how many resets the job may take
     (None: unlimited). ``elastic_timeout`` (default HOROVOD_ELASTIC_TIMEOUT, 600 s): how long a
-    reset may wait for enough ranks. Raises ``ElasticJobError`` when the job cannot go on, and
-    ``RankFailedError`` when ``fn`` raised on a rank.
+    reset may wait for enough ranks. A rank whose ``fn`` raised is lost like one that died. Raises
+    ``ElasticJobError`` naming every loss (and what each ``fn`` raised) when the job cannot go on.
     """
     options = ElasticLocalOptions.from_kwargs(
         "run_elastic_local", num_proc=num_proc, min_num_proc=min_num_proc, max_num_proc=max_num_proc,
@@ -181,12 +185,8 @@ def run_elastic_local_with_options(fn: Callable[..., Any], args: Sequence[Any], 
                     job.finished.append(worker)
                     continue
                 error = job.server.get_nowait(scope, run_local_rank.error_key(worker))
-                if error is not None:
-                    raise RankFailedError(job.last_rank.get(worker, worker), failure.returncode,
-                                          error.decode("utf-8", "replace"),
-                                          "worker %d (rank %s) of the elastic job raised an exception; all ranks "
-                                          "were stopped" % (worker, job.last_rank.get(worker)))
-                job.lose(worker, failure.returncode, discover_slots)
+                job.lose(worker, failure.returncode, discover_slots,
+                         error.decode("utf-8", "replace") if error is not None else None)
             if discover_slots is not None and time.monotonic() >= next_discovery:
                 next_discovery = time.monotonic() + _DISCOVER_EVERY_S
                 job.grow_if_offered(discover_slots)

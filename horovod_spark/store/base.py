@@ -1,24 +1,52 @@
 """The Store interface: a root path, the layout under it, and file operations via pyarrow.fs."""
 import posixpath
 import uuid
-from typing import List, Optional
+from typing import List, Optional, Union
 from urllib.parse import urlparse
 
 from horovod_spark.exceptions import StoreAccessError
+from horovod_spark.store.horovod_methods import HorovodStoreMethods
 
 INTERMEDIATE_DATA = "intermediate_data"
 RUNS = "runs"
+# The dataset of a store that holds one (Horovod's dataset index None).
+DEFAULT_DATASET = "default"
+DEFAULT_CHECKPOINT_FILENAME = "checkpoint"
+# Store's keywords after prefix_path, in Horovod's order.
+LAYOUT_KEYWORDS = ("train_path", "val_path", "test_path", "runs_path", "save_runs", "storage_options",
+                   "checkpoint_filename")
 
 
-class Store:
+class Store(HorovodStoreMethods):
     """Base class. Paths handed out and accepted are *store paths*: in the same form as the root
     (a local path, or a URL such as ``hdfs://nn:8020/a/b``). A relative path is taken relative to
     the root. Subclasses provide the filesystem and the mapping to filesystem / Spark paths.
+
+    The keywords after ``prefix_path`` are Horovod's: ``train_path`` / ``val_path`` /
+    ``test_path`` put the datasets there instead of under ``intermediate_data/`` (dataset ``idx``
+    at ``<path>.<idx>``), ``runs_path`` the runs instead of under ``runs/``; ``save_runs=False``
+    keeps no run output in the store (``get_checkpoint_path`` and ``get_logs_path`` answer None);
+    ``storage_options`` go to an fsspec filesystem (``FsspecStore``), and ``checkpoint_filename``
+    is what ``get_checkpoint_filename()`` answers (default ``'checkpoint'``).
     """
 
-    def __init__(self, prefix_path: str):
+    def __init__(self, prefix_path: str, train_path: Optional[str] = None, val_path: Optional[str] = None,
+                 test_path: Optional[str] = None, runs_path: Optional[str] = None, save_runs: bool = True,
+                 storage_options: Optional[dict] = None, checkpoint_filename: Optional[str] = None):
         self._root = self._normalize_root(prefix_path)
         self._fs = None
+        if not isinstance(save_runs, bool):
+            raise TypeError("save_runs must be True or False, got %r" % (save_runs,))
+        if storage_options is not None and not isinstance(storage_options, dict):
+            raise TypeError("storage_options must be a dict of fsspec options, got %s"
+                            % type(storage_options).__name__)
+        self._dataset_paths = {kind: self.resolve(_path_option(path, kind + "_path")) if path is not None else None
+                               for kind, path in (("train", train_path), ("val", val_path), ("test", test_path))}
+        self._runs_path = self.resolve(_path_option(runs_path, "runs_path")) if runs_path is not None else None
+        self._save_runs = save_runs
+        self.storage_options = dict(storage_options or {})
+        self.checkpoint_filename = _path_option(checkpoint_filename, "checkpoint_filename") \
+            if checkpoint_filename is not None else DEFAULT_CHECKPOINT_FILENAME
 
     # -- choosing an implementation -------------------------------------------------------------
 
@@ -101,29 +129,46 @@ class Store:
     def get_intermediate_data_path(self) -> str:
         return self.join(INTERMEDIATE_DATA)
 
-    def get_data_path(self, key: str) -> str:
-        return self.join(INTERMEDIATE_DATA, _component(key, "dataset key"))
+    def get_data_path(self, idx: Union[str, int, None] = None) -> str:
+        """The directory of dataset ``idx``: a prepared DataFrame's key, Horovod's dataset index
+        (an int), or None for the one dataset of a store that holds one."""
+        return self.join(INTERMEDIATE_DATA, dataset_name(idx))
 
-    def get_train_data_path(self, key: str) -> str:
-        return posixpath.join(self.get_data_path(key), "train")
+    def get_train_data_path(self, idx: Union[str, int, None] = None) -> str:
+        return self._dataset_path("train", idx)
 
-    def get_val_data_path(self, key: str) -> str:
-        return posixpath.join(self.get_data_path(key), "val")
+    def get_val_data_path(self, idx: Union[str, int, None] = None) -> str:
+        return self._dataset_path("val", idx)
 
-    def get_data_metadata_path(self, key: str) -> str:
+    def get_test_data_path(self, idx: Union[str, int, None] = None) -> str:
+        return self._dataset_path("test", idx)
+
+    def _dataset_path(self, kind: str, idx) -> str:
+        given = self._dataset_paths[kind]
+        if given is None:
+            return posixpath.join(self.get_data_path(idx), kind)
+        return given if idx is None else "%s.%s" % (given, dataset_name(idx))
+
+    def get_data_metadata_path(self, key: Union[str, int, None] = None) -> str:
         return posixpath.join(self.get_data_path(key), "metadata.json")
 
+    def saving_runs(self) -> bool:
+        """Whether run output (checkpoints, logs) is kept in the store (``save_runs``)."""
+        return self._save_runs
+
     def get_runs_path(self) -> str:
-        return self.join(RUNS)
+        return self._runs_path or self.join(RUNS)
 
     def get_run_path(self, run_id: str) -> str:
-        return self.join(RUNS, _component(run_id, "run id"))
+        return posixpath.join(self.get_runs_path(), _component(run_id, "run id"))
 
-    def get_checkpoint_path(self, run_id: str) -> str:
-        return posixpath.join(self.get_run_path(run_id), "checkpoints")
+    def get_checkpoint_path(self, run_id: str) -> Optional[str]:
+        """The directory of the run's checkpoints; None when the store keeps no runs."""
+        return posixpath.join(self.get_run_path(run_id), "checkpoints") if self._save_runs else None
 
-    def get_logs_path(self, run_id: str) -> str:
-        return posixpath.join(self.get_run_path(run_id), "logs")
+    def get_logs_path(self, run_id: str) -> Optional[str]:
+        """The directory of the run's logs; None when the store keeps no runs."""
+        return posixpath.join(self.get_run_path(run_id), self.get_logs_subdir()) if self._save_runs else None
 
     # -- file operations ------------------------------------------------------------------------
 
@@ -210,20 +255,44 @@ class Store:
         state["_fs"] = None
         return state
 
+    def __setstate__(self, state):
+        # A store pickled before the layout keywords existed (in a saved estimator) has the defaults.
+        self.__dict__.update(_dataset_paths={"train": None, "val": None, "test": None}, _runs_path=None,
+                             _save_runs=True, storage_options={}, checkpoint_filename=DEFAULT_CHECKPOINT_FILENAME)
+        self.__dict__.update(state)
+
     def __repr__(self):
         return "%s(%r)" % (type(self).__name__, self._root)
 
     def __eq__(self, other):
-        return type(self) is type(other) and self._root == other._root
+        return type(self) is type(other) and self._root == other._root and self._layout() == other._layout()
 
     def __hash__(self):
         return hash((type(self).__name__, self._root))
+
+    def _layout(self):
+        return (sorted(self._dataset_paths.items()), self._runs_path, self._save_runs, self.checkpoint_filename)
 
 
 def url_scheme(path: str) -> str:
     """The URL scheme of ``path``, or '' for a plain path (Windows drive letters included)."""
     scheme = urlparse(path).scheme
     return scheme.lower() if len(scheme) > 1 else ""
+
+
+def dataset_name(idx: Union[str, int, None]) -> str:
+    """The directory name of dataset ``idx`` under ``intermediate_data/``."""
+    if idx is None:
+        return DEFAULT_DATASET
+    if isinstance(idx, bool) or not isinstance(idx, (str, int)):
+        raise TypeError("a dataset index is a str key, an int or None, got %r" % (idx,))
+    return _component(str(idx), "dataset key")
+
+
+def _path_option(value, what: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise TypeError("%s must be a non-empty path, got %r" % (what, value))
+    return value
 
 
 def _component(value: str, what: str) -> str:

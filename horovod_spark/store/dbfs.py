@@ -1,6 +1,7 @@
 """DBFSLocalStore: Databricks File System through its /dbfs FUSE mount on every node."""
 import os
 import posixpath
+from urllib.parse import urlparse
 
 from horovod_spark.exceptions import StoreAccessError
 from horovod_spark.store.base import register_implementation, url_scheme
@@ -9,16 +10,28 @@ from horovod_spark.store.local import LocalStore
 FUSE_ROOT = "/dbfs"
 
 
+def _local_form(path: str) -> str:
+    """``file:/dbfs/a`` and ``file:///dbfs/a`` as the plain path ``/dbfs/a``; others as they are."""
+    if url_scheme(path) == "file":
+        parsed = urlparse(path)
+        return parsed.path if not parsed.netloc else path
+    return path
+
+
 def is_dbfs_path(path: str) -> bool:
-    return url_scheme(path) == "dbfs" or path == FUSE_ROOT or path.startswith(FUSE_ROOT + "/")
+    """``dbfs:/...`` (no host), ``/dbfs`` and ``/dbfs/...``, also as ``file:/`` or ``file:///`` URLs."""
+    if url_scheme(path) == "dbfs":
+        return not path.startswith("dbfs://") or path.startswith("dbfs:///")
+    local = _local_form(path)
+    return local == FUSE_ROOT or local.startswith(FUSE_ROOT + "/")
 
 
 def to_fuse_path(path: str) -> str:
-    """``dbfs:/a/b`` (or ``dbfs:///a/b``) → ``/dbfs/a/b``; a /dbfs path is returned as is."""
+    """``dbfs:/a/b`` (or ``dbfs:///a/b``, ``file:/dbfs/a/b``) → ``/dbfs/a/b``; a /dbfs path is returned as is."""
     if url_scheme(path) == "dbfs":
         rest = path.split(":", 1)[1].lstrip("/")
         return posixpath.join(FUSE_ROOT, rest).rstrip("/")
-    return path
+    return _local_form(path) if is_dbfs_path(path) else path
 
 
 @register_implementation()
@@ -29,6 +42,19 @@ class DBFSLocalStore(LocalStore):
     @classmethod
     def serves(cls, prefix_path: str) -> bool:
         return is_dbfs_path(prefix_path)
+
+    @classmethod
+    def matches_dbfs(cls, path: str) -> bool:
+        """Whether ``path`` is on DBFS: ``dbfs:/...``, ``/dbfs/...``, ``file:/dbfs/...`` or ``file:///dbfs/...``."""
+        return is_dbfs_path(path)
+
+    @staticmethod
+    def normalize_path(path: str) -> str:
+        """``path`` in the form ``/dbfs/...`` (the FUSE mount); a ValueError for a path not on DBFS."""
+        if not is_dbfs_path(path):
+            raise ValueError("%r is not a DBFS path: give /dbfs/..., dbfs:/..., file:/dbfs/... or file:///dbfs/..."
+                             % (path,))
+        return to_fuse_path(path)
 
     def checked_on_creation(self) -> bool:
         # A dbfs:/ store made elsewhere, to be used on Databricks later, is checked when a fit starts.

@@ -1,7 +1,7 @@
 """FsspecStore: any filesystem with an fsspec implementation (s3://, gs://, abfs://, memory://...)."""
 from typing import Optional
 
-from horovod_spark.store.base import Store, register_implementation, url_scheme
+from horovod_spark.store.base import LAYOUT_KEYWORDS, Store, register_implementation, url_scheme
 
 # Spark's Hadoop connectors name some object stores differently from fsspec.
 _SPARK_SCHEMES = {"s3": "s3a"}
@@ -12,17 +12,27 @@ class FsspecStore(Store):
     """Store paths are URLs; I/O goes through pyarrow's wrapper of the fsspec filesystem so every
     store offers one ``pyarrow.fs.FileSystem``. ``storage_options`` go to the fsspec filesystem."""
 
-    def __init__(self, prefix_path: str, storage_options: Optional[dict] = None, **more_options):
+    def __init__(self, prefix_path: str, *args, storage_options: Optional[dict] = None, **more_options):
         """Storage options for fsspec as keywords, or as one ``storage_options`` dict (Horovod's
-        spelling), or both."""
+        spelling), or both; ``Store``'s layout keywords (``train_path``, ``runs_path``,
+        ``save_runs``...) by name or, after ``prefix_path``, in Horovod's order."""
         self.protocol = url_scheme(prefix_path)
         if not self.protocol:
             raise ValueError("FsspecStore needs a URL with a protocol, got %r" % prefix_path)
         if storage_options is not None and not isinstance(storage_options, dict):
             raise TypeError("storage_options must be a dict of fsspec options, got %s" % type(storage_options).__name__)
+        layout = {name: more_options.pop(name) for name in LAYOUT_KEYWORDS if name in more_options}
         self.storage_options = dict(storage_options or {}, **more_options)
         _check_protocol(self.protocol, prefix_path)
-        super().__init__(prefix_path)
+        super().__init__(prefix_path, *args, storage_options=self.storage_options, **layout)
+
+    @classmethod
+    def matches(cls, path: str) -> bool:
+        return bool(url_scheme(path))
+
+    @property
+    def fs(self):
+        return self._fsspec()
 
     def _normalize_root(self, prefix_path: str) -> str:
         return prefix_path.rstrip("/")

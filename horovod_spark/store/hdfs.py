@@ -1,5 +1,5 @@
 """HDFSStore: HDFS through pyarrow's libhdfs binding (JNI), connected on first use."""
-from typing import Dict, Optional
+from typing import Dict, Optional, Tuple
 from urllib.parse import urlparse
 
 from horovod_spark.exceptions import StoreConnectionError
@@ -17,7 +17,8 @@ class HDFSStore(Store):
 
     The keywords are Horovod's, in its order: ``host`` and ``port`` name the namenode (the URL's
     own, when it has them, must agree), ``user`` the HDFS user, ``kerb_ticket`` the path of a
-    Kerberos ticket cache, ``extra_conf`` Hadoop settings; ``driver`` must be ``'libhdfs'``.
+    Kerberos ticket cache, ``extra_conf`` Hadoop settings; ``driver`` must be ``'libhdfs'``; then
+    ``Store``'s layout keywords (``train_path``, ``runs_path``, ``save_runs``...).
 
     Store paths are full URLs (what Spark wants). The pyarrow filesystem is built lazily because
     it needs a JVM, libhdfs and a reachable namenode, which a driver that only computes paths,
@@ -30,7 +31,7 @@ class HDFSStore(Store):
 
     def __init__(self, prefix_path: str, host: Optional[str] = None, port: Optional[int] = None,
                  user: Optional[str] = None, kerb_ticket: Optional[str] = None, driver: str = SUPPORTED_DRIVER,
-                 extra_conf: Optional[Dict[str, str]] = None):
+                 extra_conf: Optional[Dict[str, str]] = None, *args, **layout):
         if driver != SUPPORTED_DRIVER:
             raise ValueError("HDFSStore(driver=%r) is not available: pyarrow's HadoopFileSystem has only the "
                              "JNI driver, libhdfs (libhdfs3 left with pyarrow's legacy HDFS client); leave driver "
@@ -44,7 +45,19 @@ class HDFSStore(Store):
         self.user = _agreeing("user", parsed.username, user, prefix_path)
         self.kerb_ticket = kerb_ticket
         self.extra_conf = dict(extra_conf or {})
-        super().__init__(prefix_path)
+        super().__init__(prefix_path, *args, **layout)
+
+    @staticmethod
+    def parse_url(url: str) -> Tuple[Optional[str], Optional[str], Optional[int], str, int]:
+        """``(prefix, host, port, path, path_offset)`` of an HDFS URL or path: ``hdfs://nn:8020/a``
+        gives ``('hdfs://', 'nn', 8020, '/a', 14)``, ``/a`` gives ``(None, None, None, '/a', 0)``;
+        ``path_offset`` is where the path starts in ``url``."""
+        parsed = urlparse(url)
+        if not parsed.scheme:
+            return None, None, None, url, 0
+        prefix = parsed.scheme + "://"
+        offset = len(prefix) + len(parsed.netloc)
+        return prefix, parsed.hostname, parsed.port, url[offset:], offset
 
     def _normalize_root(self, prefix_path: str) -> str:
         path = urlparse(prefix_path).path.rstrip("/") or "/"

@@ -90,21 +90,33 @@ def test_a_rank_lost_while_the_job_re_forms_is_survived_too():
     check_weights(result, reference)
 
 
-def _raise_on_worker_1():
+def test_a_rank_whose_fn_raises_is_lost_and_its_slot_offered_again():
+    # As in Horovod's elastic driver, a failed worker is a lost worker: the survivor rolls back to
+    # the commit before the failure and the job re-forms with the worker started in its place.
+    reference = reference_weights()
+    results = run_elastic_local(train, args=(1, "raise"), num_proc=2, min_num_proc=2, discover_slots=lambda: 2,
+                                timeout=240)
+    assert [r["worker"] for r in results] == [0, 2], results
+    for rank, result in enumerate(results):
+        assert (result["rank"], result["size"], result["steps"]) == (rank, 2, STEPS), result
+        check_weights(result, reference)
+
+
+def _raise_on_every_worker():
     import horovod_spark.torch as hvd
     from horovod_spark.common import config
 
     hvd.init()
-    if config.ELASTIC_WORKER.get() == 1:
-        raise ValueError("a bug in the training code")
-    return train(-1, "none")
+    raise ValueError("a bug in the training code of worker %d" % config.ELASTIC_WORKER.get())
 
 
-def test_an_exception_in_fn_ends_the_job_with_its_traceback():
-    from horovod_spark.exceptions import RankFailedError
-    with pytest.raises(RankFailedError) as info:
-        run_elastic_local(_raise_on_worker_1, num_proc=2, min_num_proc=1, timeout=120)
-    assert "a bug in the training code" in str(info.value) and "worker 1 (rank 1)" in str(info.value)
+def test_a_job_whose_every_rank_raises_ends_naming_each_failure():
+    with pytest.raises(ElasticJobError) as info:
+        run_elastic_local(_raise_on_every_worker, num_proc=2, min_num_proc=1, timeout=120)
+    text = str(info.value)
+    for worker in (0, 1):
+        assert "raised ValueError: a bug in the training code of worker %d" % worker in text, text
+    assert "fewer than min_num_proc=1" in text and "Traceback" in text, text
 
 
 def test_a_lost_rank_below_min_num_proc_is_replaced_when_a_slot_is_offered():

@@ -26,6 +26,9 @@ def test_the_check_notices_an_unexplained_gap_and_a_stale_reason(monkeypatch):
     missing = dict(horovod_surface.MISSING)
     missing.pop(("horovod.tensorflow", "LocalGradientAggregationHelper"))
     missing[("horovod.torch", "allreduce")] = "pretend it is missing"
+    missing.pop(("horovod.spark.common.store", "HDFSStore.read_serialized_keras_model"))
+    missing[("horovod.spark.common.store", "LocalStore.sync_fn")] = "pretend it is missing"
+    missing[("horovod.spark.common.store", "LocalStore.no_such_method")] = "pretend Horovod has it"
     monkeypatch.setattr(horovod_surface, "MISSING", missing)
     gaps = {key: dict(value) for key, value in horovod_surface.SIGNATURE_GAPS.items()}
     gaps[("horovod.spark.keras", "KerasModel")]["model"] = "pretend it is not taken"
@@ -35,6 +38,24 @@ def test_the_check_notices_an_unexplained_gap_and_a_stale_reason(monkeypatch):
             "gives no reason" in problems)
     assert "horovod.torch.allreduce: horovod_spark.torch offers it now; remove it from MISSING" in problems
     assert "horovod.spark.keras.KerasModel: model is no longer a gap; remove it from SIGNATURE_GAPS" in problems
+    # Methods of public classes are compared the same way.
+    assert ("horovod.spark.common.store.HDFSStore.read_serialized_keras_model: missing from "
+            "horovod_spark.spark.common.store.HDFSStore, and MISSING gives no reason" in problems)
+    assert ("horovod.spark.common.store.LocalStore.sync_fn: horovod_spark.spark.common.store.LocalStore offers it "
+            "now; remove it from MISSING" in problems)
+    assert "MISSING lists horovod.spark.common.store.LocalStore.no_such_method, which Horovod does not have" in problems
+
+
+def test_a_method_that_takes_other_parameters_than_horovods_is_noticed(monkeypatch):
+    from horovod_spark.store import Store
+
+    def get_checkpoints(self, run, suffix=".ckpt"):
+        return []
+
+    monkeypatch.setattr(Store, "get_checkpoints", get_checkpoints)
+    problems = horovod_surface.problems()
+    assert ("horovod.spark.common.store.Store.get_checkpoints: horovod_spark.spark.common.store takes no run_id, "
+            "and SIGNATURE_GAPS gives no reason" in problems), problems
 
 
 def test_migrating_md_lists_exactly_the_gaps():
@@ -115,14 +136,26 @@ def test_derivation_rules_on_a_small_source_tree(tmp_path):
             "try:\n    from horovod.torch.mpi_ops import allreduce, size\nexcept ImportError:\n    pass\n"
             "if True:\n    from horovod.torch import elastic\n"
             "def _private(): pass\n"
-            "class Thing:\n    @keyword_only\n    def __init__(self, a=1, *, b=2, **rest): pass\n"),
+            "class Thing:\n    @keyword_only\n    def __init__(self, a=1, *, b=2, **rest): pass\n"
+            "class Base:\n    def read(self, path): pass\n    def _hidden(self): pass\n"
+            "class Child(Base):\n    @staticmethod\n    def norm(path): pass\n"
+            "    @classmethod\n    def matches(cls, path, *, strict=False): pass\n"
+            "    @property\n    def fs(self): pass\n"),
         "horovod/torch/mpi_ops.py": ("import horovod.common.basics as _b\n"
                                      "def allreduce(tensor, average=None, *, name=None): pass\nsize = _b.size\n"),
         "horovod/torch/elastic/__init__.py": "",
     })
     source = derive_script.Source(repo, "v9.9.9")
     names = derive_script.public_names(source, "horovod.torch")
+    assert derive_script.class_methods(source, "horovod.torch", "Child") == {
+        "read": {"kind": "method", "params": ["path"], "positional": ["path"]},
+        "norm": {"kind": "method", "params": ["path"], "positional": ["path"]},
+        "matches": {"kind": "method", "params": ["path", "strict"], "positional": ["path"]},
+        "fs": {"kind": "property", "params": None, "positional": None},
+    }
     assert names == {
+        "Base": {"kind": "class", "params": [], "positional": []},
+        "Child": {"kind": "class", "params": [], "positional": []},
         "Thing": {"kind": "class", "params": ["a", "b", "**rest"], "positional": []},
         "allreduce": {"kind": "function", "params": ["tensor", "average", "name"], "positional": ["tensor", "average"]},
         "elastic": {"kind": "module", "params": None, "positional": None},

@@ -1,7 +1,9 @@
 """A small PyTorch training loop for elastic tests (run_elastic_local and run_elastic): a linear
 model trained on full batches, committed every step, and a chosen worker that SIGKILLs itself at a
-chosen point. Every rank computes the same gradient, so an undisturbed run's weights do not depend
-on the number of ranks, and a run that lost a rank must reach the same weights."""
+chosen point, or whose function raises there (once: ``where="raise"``; on whichever worker holds
+rank ``victim``, every time: ``where="raise always"``). Every rank computes the same gradient, so
+an undisturbed run's weights do not depend on the number of ranks, and a run that lost a rank must
+reach the same weights."""
 import time
 
 STEPS = 24
@@ -71,6 +73,10 @@ def train(victim, where, victim_step=8, commit_delay=0.0, started_file=None, gro
             loss.backward()
             if doomed and where == "step" and state.step == victim_step:
                 die()
+            if where == "raise" and doomed and state.step == victim_step:
+                raise ValueError("a transient failure on worker %d at step %d" % (worker, state.step))
+            if where == "raise always" and hvd.rank() == victim and state.step == victim_step:
+                raise ValueError("a failure on every rank %d, here worker %d" % (victim, worker))
             if doomed and where == "allreduce" and state.step == victim_step:
                 die(after=0.05)  # lands inside the 64 MiB allreduce below
             if where == "allreduce":

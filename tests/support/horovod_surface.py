@@ -7,6 +7,7 @@ table in docs/migrating.md (``render()`` / ``write_doc()``), so the doc cannot d
 Estimator keywords Horovod has and horovod_spark has not take their reasons from
 ``horovod_spark.estimator.common.params.PARAMS_ONLY_IN_HOROVOD``, the same text their errors show.
 """
+import functools
 import importlib
 import inspect
 import json
@@ -43,11 +44,32 @@ MISSING = {
         "backward_passes_per_step= to DistributedOptimizer / DistributedGradientTape instead",
     ("horovod.spark.common.store", "AbstractFilesystemStore"): "Horovod's base class of its stores; subclass "
         "horovod_spark.store.Store (a pyarrow filesystem and a root) for a store of your own",
+    **{("horovod.spark.common.store", "%s.read_serialized_keras_model" % store): "reads a checkpoint in the form "
+       "Horovod's KerasEstimator writes it; a KerasModel carries its trained model, and the run's checkpoints "
+       "(store.get_checkpoints(run_id)) are read back by fitting again with the same run_id"
+       for store in ("LocalStore", "FilesystemStore", "HDFSStore", "DBFSLocalStore")},
+    **{("horovod.spark.%s" % module, "%s.setLabelColoumns" % model): "Horovod's misspelt setter of the label "
+       "columns; call setLabelColumns" for module, model in (("keras", "KerasModel"), ("torch", "TorchModel"))},
+    **{("horovod.spark.torch", "TorchModel.%s" % accessor): "a TorchModel predicts only; the trained optimizer "
+       "state is in the run's checkpoints" for accessor in ("getLoss", "setLoss", "getLossConstructors",
+                                                            "setLossConstructors", "getOptimizer", "setOptimizer")},
 }
 
-# (Horovod module, name) -> {Horovod parameter: why horovod_spark's does not take it}; "(order)" when the
-# parameters a call may pass by position differ.
+# (Horovod module, name or Class.method) -> {Horovod parameter: why horovod_spark's does not take it};
+# "(order)" when the parameters a call may pass by position differ.
 SIGNATURE_GAPS = {
+    **{("horovod.spark.common.store", "%s.get_data_metadata_path" % store): {
+        "path": "horovod_spark keeps a prepared dataset's metadata in the store beside it, by dataset key "
+                "(get_data_metadata_path(key)), not in a per-host cache file named after a data path"}
+       for store in ("LocalStore", "FilesystemStore", "HDFSStore", "DBFSLocalStore")},
+    **{("horovod.spark.%s" % module, "%s.setModel" % model): {
+        "value": "the argument is named model here; pass it by position"}
+       for module, model in (("keras", "KerasModel"), ("torch", "TorchModel"))},
+    **{("horovod.spark.%s" % module, "%s.transform" % model): {
+        "df": "pyspark's Transformer.transform names it dataset; pass the DataFrame by position",
+        "(order)": "pyspark's Transformer.transform(dataset, params=None): the same positions under pyspark's "
+                   "names"}
+       for module, model in (("keras", "KerasModel"), ("torch", "TorchModel"))},
     ("horovod.spark.keras", "KerasModel"): {
         "_metadata": "Horovod's private argument; the prepared data's metadata is not needed to predict",
         "_floatx": "Horovod's private argument; the model's own dtype is used",
@@ -121,6 +143,49 @@ def signature_gaps(info: dict, ours) -> dict:
     return gaps
 
 
+def _signature_problems(module: str, name: str, info: dict, ours) -> list:
+    """``name`` (a function, class or ``Class.method``) of ``module`` against ``ours``: every
+    parameter difference SIGNATURE_GAPS does not explain, and every entry there that is stale."""
+    out = []
+    gaps = signature_gaps(info, ours)
+    listed = SIGNATURE_GAPS.get((module, name), {})
+    for param in sorted(set(gaps) - set(listed)):
+        out.append("%s.%s: %s takes no %s, and SIGNATURE_GAPS gives no reason" % (module, name, OURS[module], param))
+    for param in sorted(set(listed) - set(gaps)):
+        out.append("%s.%s: %s is no longer a gap; remove it from SIGNATURE_GAPS" % (module, name, param))
+    return out
+
+
+def _method_problems(module: str, cls_name: str, methods: dict, cls) -> list:
+    """The public methods and properties of Horovod's class against ours: each one is there (with
+    Horovod's parameters) or MISSING / SIGNATURE_GAPS says why. An estimator's get*/set* accessors
+    are compared with its Params instead (below, with PARAMS_ONLY_IN_HOROVOD's reasons)."""
+    out = []
+    estimator = "%s.%s" % (module, cls_name) in ESTIMATORS
+    for method, info in sorted(methods.items()):
+        if estimator and method.startswith(("get", "set")) and method != "setParams":
+            continue
+        name = "%s.%s" % (cls_name, method)
+        if not hasattr(cls, method):
+            if (module, name) not in MISSING:
+                out.append("%s.%s: missing from %s.%s, and MISSING gives no reason"
+                           % (module, name, OURS[module], cls_name))
+            continue
+        if (module, name) in MISSING:
+            out.append("%s.%s: %s.%s offers it now; remove it from MISSING" % (module, name, OURS[module], cls_name))
+        if info["kind"] == "method":
+            out += _signature_problems(module, name, info, _as_called(cls, method))
+    return out
+
+
+def _as_called(cls, method: str):
+    """``cls.method`` with the signature a call on an instance sees (without self)."""
+    if isinstance(inspect.getattr_static(cls, method), (staticmethod, classmethod)):
+        return getattr(cls, method)
+    function = getattr(cls, method)
+    return functools.partial(function, None) if inspect.isfunction(function) else function
+
+
 def problems() -> list:
     """Every difference between Horovod's surface and ours that MISSING / SIGNATURE_GAPS /
     PARAMS_ONLY_IN_HOROVOD do not explain, and every entry there that no longer applies."""
@@ -137,16 +202,13 @@ def problems() -> list:
                 out.append("%s.%s: %s offers it now; remove it from MISSING" % (module, name, OURS[module]))
             if "%s.%s" % key in ESTIMATORS:
                 continue  # their keywords are compared below, with PARAMS_ONLY_IN_HOROVOD's reasons
-            gaps = signature_gaps(info, getattr(ours, name))
-            listed = SIGNATURE_GAPS.get(key, {})
-            for param in sorted(set(gaps) - set(listed)):
-                out.append("%s.%s: %s takes no %s, and SIGNATURE_GAPS gives no reason"
-                           % (module, name, OURS[module], param))
-            for param in sorted(set(listed) - set(gaps)):
-                out.append("%s.%s: %s is no longer a gap; remove it from SIGNATURE_GAPS" % (module, name, param))
-    for key in MISSING:
-        if key[1] not in data["modules"].get(key[0], {}):
-            out.append("MISSING lists %s.%s, which Horovod does not have" % key)
+            out += _signature_problems(module, name, info, getattr(ours, name))
+            out += _method_problems(module, name, info.get("methods") or {}, getattr(ours, name))
+    for module, name in MISSING:
+        cls, _, method = name.partition(".")
+        entry = data["modules"].get(module, {}).get(cls)
+        if entry is None or (method and method not in (entry.get("methods") or {})):
+            out.append("MISSING lists %s.%s, which Horovod does not have" % (module, name))
     only = _only_in_horovod()
     for key, surface in data["estimators"].items():
         cls = _object(ESTIMATORS[key])

@@ -19,6 +19,10 @@ class CheckpointStore:
         self.run_id = run_id
         self.keep = max(1, keep)
         self.directory = store.get_checkpoint_path(run_id)
+        if self.directory is None:
+            raise ValueError("store %r keeps no runs (save_runs=False), but a fit checkpoints every epoch in the "
+                             "store, to resume from and to build its model: create the store with save_runs=True "
+                             "(the default)" % (store,))
         self.run_record_path = posixpath.join(store.get_run_path(run_id), "run.json")
 
     def path_for(self, epochs_done: int) -> str:

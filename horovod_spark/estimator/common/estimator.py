@@ -6,10 +6,11 @@ import cloudpickle
 from pyspark.ml import Estimator
 from pyspark.ml.util import MLReadable, MLWritable
 
-from .data_source import DataFrameSource, ParquetSource
+from .data_source import DataFrameSource
 from .estimator_persistence import HorovodEstimatorReader, HorovodEstimatorWriter
 from .fit import run_fit
 from .params import EstimatorParams, refuse_unknown_params
+from .parquet_call import parquet_source
 
 
 class HorovodEstimator(Estimator, EstimatorParams, MLReadable, MLWritable):
@@ -26,12 +27,23 @@ class HorovodEstimator(Estimator, EstimatorParams, MLReadable, MLWritable):
     def _fit(self, dataset):
         return run_fit(self, DataFrameSource(dataset))
 
-    def fit_on_parquet(self, train_path: str, val_path: Optional[str] = None, params=None):
-        """Fit on Parquet already in the store (paths relative to its root, or absolute): a directory
-        of Parquet files with the feature/label columns, or a dataset directory written by
-        prepare_data. Validation rows come from ``val_path`` (or the dataset's val/)."""
+    def fit_on_parquet(self, params=None, dataset_idx=None, *args, train_path: Optional[str] = None,
+                       val_path: Optional[str] = None):
+        """Fit on Parquet already in the store, in one of two forms (``parquet_call.py``).
+
+        Horovod's ``fit_on_parquet(params=None, dataset_idx=None)``: the dataset
+        ``horovod_spark.spark.common.util.prepare_data`` yielded as ``dataset_idx`` (None: the
+        store's one dataset, ``store.get_train_data_path()``), with its validation rows if it has
+        some; ``params`` overrides this estimator's Params.
+
+        ``fit_on_parquet(train_path, val_path=None, params=None)`` (a str first argument, or
+        ``train_path=``): paths relative to the store root, or absolute: a directory of Parquet
+        files with the feature/label columns, or a dataset directory written by
+        ``horovod_spark.data.prepare_data``. Validation rows come from ``val_path`` (or the
+        dataset's val/)."""
+        params, source = parquet_source(params, dataset_idx, args, train_path, val_path)
         est = self.copy(params) if params else self
-        return run_fit(est, ParquetSource(train_path, val_path))
+        return run_fit(est, source)
 
     # -- framework hooks ---------------------------------------------------------------------------
     def _check_framework(self, cfg):

@@ -57,9 +57,11 @@ def run_fit(est, source):
             out.write("[horovod_spark] %s\n" % text)
             out.flush()
 
-    # Free task slots are checked now, before data preparation spends minutes of the cluster.
+    # Free task slots are checked now, before data preparation spends minutes of the cluster. An
+    # elastic fit needs no such check: it starts on min_num_proc slots and grows as Spark starts
+    # the other tasks, on any cluster, autoscaling ones (dynamic allocation) included.
     try:
-        if runner.on_spark:
+        if runner.on_spark and cfg.elastic is None:
             preflight.check_session_cluster(session, num_proc, log)
     except HorovodSparkError as exc:
         raise ValueError("num_proc=%d cannot run on this cluster: %s" % (num_proc, exc)) from exc

@@ -4,11 +4,13 @@ A barrier stage cannot lose a task without failing whole, so ``run_elastic`` sub
 ``num_proc`` ordinary tasks. Each task registers with the driver as a worker and runs one rank
 process (``elastic_task.py``). The driver cannot see the executors' processes, so ranks send a
 heartbeat; a member silent for HOROVOD_SPARK_ELASTIC_HEARTBEAT_TIMEOUT_SECONDS, or whose task
-reported a non-zero exit without an error from fn, is lost, and the survivors re-form the job
-(``launcher/elastic_driver.py``). When an executor dies Spark reschedules its task on another
-executor; that attempt registers as a new worker, and the job grows back (up to ``max_num_proc``)
-at the ranks' next commit. The ranks' output reaches the driver as ``run()``'s does
-(``elastic_output.py``).
+whose rank exited with an error (fn raised, or the process crashed), is lost, and the survivors
+re-form the job (``launcher/elastic_driver.py``). A task whose rank failed fails itself, so Spark
+runs it again (``spark.task.maxFailures``), as it reschedules the task of an executor that died;
+the new attempt registers as a new worker, and the job grows back (up to ``max_num_proc``) at the
+ranks' next commit. The job starts once ``min_num_proc`` tasks have registered and every task
+Spark has started has, so a cluster with fewer free slots than ``num_proc`` starts it smaller.
+The ranks' output reaches the driver as ``run()``'s does (``elastic_output.py``).
 """
 import functools
 import logging
@@ -22,9 +24,10 @@ from horovod_spark import session as spark_session
 from horovod_spark.common import config, source_pickle, wire
 from horovod_spark.common.kv_client import KVClient
 from horovod_spark.common.kv_server import KVStoreServer
-from horovod_spark.exceptions import ElasticJobError, HorovodSparkError, RankFailedError
+from horovod_spark.exceptions import ElasticJobError, HorovodSparkError
 from horovod_spark.launcher import run_local_rank
 from horovod_spark.launcher.elastic_driver import ElasticDriver
+from horovod_spark.launcher.elastic_failures import Failures
 from horovod_spark.spark.driver.output import OutputSink
 from horovod_spark.spark.driver.service import driver_addresses, start_listening
 from horovod_spark.spark.run_options import ElasticSparkOptions
@@ -52,6 +55,7 @@ class _Workers:
         self.registered_at: Dict[int, float] = {}
         self.exits: Dict[int, int] = {}
         self.closed = False
+        self.dismissed: set = set()  # workers the job no longer needs: their task ends quietly
         self._next = 0
         self._max_workers = max_workers
         server.add_handler(OP_REGISTER, self._register)
@@ -69,9 +73,16 @@ class _Workers:
             return worker
 
     def _exit(self, worker, returncode):
+        """Record the exit; the answer says whether the task of a failed rank should fail, so that
+        Spark runs it again to replace the rank (False once the job no longer needs it)."""
         with self._server.condition:
             self.exits[int(worker)] = int(returncode)
             self._server.condition.notify_all()
+            return not self.closed and int(worker) not in self.dismissed
+
+    def dismiss(self, worker: int) -> None:
+        with self._server.condition:
+            self.dismissed.add(worker)
 
     def take_pending(self) -> List[int]:
         with self._server.condition:
@@ -88,13 +99,17 @@ def run_elastic(fn: Callable, args=(), kwargs: Optional[dict] = None, num_proc: 
                 executable: Optional[str] = None) -> List[Any]:
     """Run ``fn(*args, **kwargs)`` as an elastic job of ``num_proc`` ranks on Spark tasks and return the
     results of the ranks that finished, by rank. ``fn`` calls ``hvd.init()`` and a function decorated
-    with ``hvd.elastic.run``. A rank whose task or executor dies is lost: the others roll back to
-    their last commit and go on with fewer ranks (never fewer than ``min_num_proc``, default
-    ``num_proc``); the task Spark reschedules joins again, up to ``max_num_proc`` (default
-    ``num_proc``). ``reset_limit``: resets allowed (None: unlimited); ``elastic_timeout`` (default
-    HOROVOD_ELASTIC_TIMEOUT): how long a reset may wait for enough ranks; ``start_timeout`` (default
-    HOROVOD_SPARK_START_TIMEOUT): how long to wait for the first ``num_proc`` tasks. ``nics``: the
-    network interfaces the ranks use (as ``run``'s); ``min_np``/``max_np``: Horovod's older names of
+    with ``hvd.elastic.run``. A rank whose task or executor dies, or whose ``fn`` raises, is lost: the
+    others roll back to their last commit and go on with fewer ranks (never fewer than
+    ``min_num_proc``, default ``num_proc``); the task Spark reschedules or runs again (within
+    ``spark.task.maxFailures``) joins again, up to ``max_num_proc`` (default ``num_proc``). The job
+    starts with fewer than ``num_proc`` ranks (at least ``min_num_proc``) when the cluster has no
+    free slot for the other tasks; they join as Spark starts them. ``reset_limit``: resets allowed
+    (None: unlimited); ``elastic_timeout`` (default HOROVOD_ELASTIC_TIMEOUT): how long a reset may
+    wait for enough ranks; ``start_timeout`` (default HOROVOD_SPARK_START_TIMEOUT): how long to
+    wait for the first ``min_num_proc`` tasks. When the job cannot go on, ``ElasticJobError`` names
+    every loss, with what each failed ``fn`` raised. ``nics``: the network interfaces the ranks
+    use (as ``run``'s); ``min_np``/``max_np``: Horovod's older names of
     ``min_num_proc``/``max_num_proc``. Each rank's stdout/stderr lines are printed on the driver as
     they come, prefixed ``[worker]<stdout>:`` (to ``stdout``/``stderr`` if given, timestamped with
     ``prefix_output_with_timestamp``); ``verbose=0`` leaves out the driver's own lines about lost
@@ -154,7 +169,8 @@ def run_elastic_with_options(fn: Callable, args, kwargs: Optional[dict], options
         thread.start()
         say = sink.runner_message if out.verbose else (lambda text: None)
         return _drive(server, secret, edriver, workers, scope, num_proc, min_num_proc, max_num_proc, reset_limit,
-                      start_timeout, elastic_timeout, outcome, say, lost_after, cloudpickle)
+                      start_timeout, elastic_timeout, outcome, say, lost_after, cloudpickle,
+                      functools.partial(_started_on_a_full_cluster, sc, group))
     except ElasticJobError as exc:
         edriver.fail(str(exc))
         raise
@@ -180,10 +196,10 @@ def _put_blob(server, scope, key, data):
 
 
 def _drive(server, secret, edriver, workers, scope, num_proc, min_num_proc, max_num_proc, reset_limit, start_timeout,
-           elastic_timeout, outcome, say, lost_after, cloudpickle):
+           elastic_timeout, outcome, say, lost_after, cloudpickle, started_tasks):
     running: List[int] = []
     finished: List[int] = []
-    lost: List[str] = []
+    failures = Failures()
     last_rank: Dict[int, int] = {}
     resets = 0
 
@@ -202,12 +218,19 @@ def _drive(server, secret, edriver, workers, scope, num_proc, min_num_proc, max_
         running.extend(workers.take_pending())
         if "error" in outcome:
             raise HorovodSparkError("run_elastic's Spark job failed before the ranks started: %s" % outcome["error"])
+        if len(running) >= min_num_proc and _every_started_task_registered(len(running), started_tasks):
+            # The cluster has no free slot for the other tasks now (a small or autoscaling
+            # cluster): start with these; the others join at a commit once Spark starts them.
+            break
         if time.monotonic() >= deadline:
             if len(running) >= min_num_proc:
                 break
             raise ElasticJobError("run_elastic: only %d of %d tasks started within start_timeout=%.0f s (min_num_proc"
                                   "=%d)" % (len(running), num_proc, start_timeout, min_num_proc))
         time.sleep(_POLL_S)
+    if len(running) < num_proc:
+        say("run_elastic: starting with %d of %d rank(s) (min_num_proc=%d): the cluster has no free task slot for "
+            "the others yet; they join as Spark starts their tasks" % (len(running), num_proc, min_num_proc))
     form(None)
     wait_for_slots_until = None
     said_job_ended = False
@@ -229,17 +252,22 @@ def _drive(server, secret, edriver, workers, scope, num_proc, min_num_proc, max_
             if code == 0:
                 running.remove(worker)
                 finished.append(worker)
+                for late in _joined_after(edriver, worker, running):
+                    # It joined a generation the finished ranks never took: it would wait for them
+                    # forever. The job is ending; the task is cancelled with the others.
+                    running.remove(late)
+                    workers.dismiss(late)
+                    edriver.remove(late)
                 continue
             if code is None and quiet_for < lost_after:
                 continue
+            # A function that raised loses its worker like a process that died (Horovod's
+            # semantics): its task fails and Spark runs it again, within spark.task.maxFailures.
             error = server.get_nowait(scope, run_local_rank.error_key(worker))
-            if error is not None:
-                raise RankFailedError(last_rank.get(worker, worker), code, error.decode("utf-8", "replace"),
-                                      "worker %d (rank %s) of run_elastic raised an exception; the job was stopped"
-                                      % (worker, last_rank.get(worker)))
             how = "exited with code %d" % code if code is not None else "was silent for %.0f s" % quiet_for
-            lost.append("worker %d (rank %s) %s" % (worker, last_rank.get(worker), how))
-            changed.append("lost " + lost[-1])
+            entry = failures.add(worker, last_rank.get(worker), how,
+                                 error.decode("utf-8", "replace") if error is not None else None)
+            changed.append("lost " + entry)
             running.remove(worker)
             edriver.remove(worker)
             wait_for_slots_until = time.monotonic() + elastic_timeout
@@ -248,6 +276,7 @@ def _drive(server, secret, edriver, workers, scope, num_proc, min_num_proc, max_
             gone = workers.exits.get(worker) is not None or silent(worker) >= lost_after
             if finished or gone:
                 standby.remove(worker)
+                workers.dismiss(worker)
                 edriver.remove(worker)  # the job is finishing, or the task is gone: no rank for it
         while standby and len(running) < max_num_proc:
             worker = standby.pop(0)
@@ -258,23 +287,62 @@ def _drive(server, secret, edriver, workers, scope, num_proc, min_num_proc, max_
             # that finished leave fewer running without a loss: the job is ending, not waiting.)
             if time.monotonic() >= wait_for_slots_until:
                 raise ElasticJobError("run_elastic lost %s; %d rank(s) remain, fewer than min_num_proc=%d, and "
-                                      "no task joined within elastic_timeout=%.0f s"
-                                      % ("; ".join(lost), len(running), min_num_proc, elastic_timeout))
+                                      "no task joined within elastic_timeout=%.0f s%s"
+                                      % (failures.summary(), len(running), min_num_proc, elastic_timeout,
+                                         failures.traceback_note()))
         elif changed and running:
             resets += 1
             if reset_limit is not None and resets > reset_limit:
-                raise ElasticJobError("run_elastic needed reset %d (%s) but reset_limit=%d; lost: %s"
-                                      % (resets, ", ".join(changed), reset_limit, "; ".join(lost) or "none"))
+                raise ElasticJobError("run_elastic needed reset %d (%s) but reset_limit=%d; lost: %s%s"
+                                      % (resets, ", ".join(changed), reset_limit, failures.summary(),
+                                         failures.traceback_note()))
             form(", ".join(changed))
         time.sleep(_POLL_S)
     for worker in standby:
+        workers.dismiss(worker)
         edriver.remove(worker)
     if not finished:
         spark_error = "; the Spark job failed: %s" % _without_java_stack(outcome["error"]) if "error" in outcome else ""
-        raise ElasticJobError("run_elastic: every rank was lost: %s%s" % ("; ".join(lost), spark_error))
+        raise ElasticJobError("run_elastic: every rank was lost: %s%s%s"
+                              % (failures.summary(), spark_error, failures.traceback_note()))
     with KVClient(server.host if server.host != "0.0.0.0" else "127.0.0.1", server.port, secret) as client:
         done = sorted(finished, key=lambda w: last_rank.get(w, w))
         return [cloudpickle.loads(client.get_blob(scope, run_local_rank.result_key(w), 30.0)) for w in done]
+
+
+def _started_on_a_full_cluster(sc, group: str) -> Optional[int]:
+    """How many tasks of the job group Spark runs now, when the cluster has no free task slot
+    for more of them; None while it has one, or while Spark's status does not say."""
+    slots = spark_session.scheduler_slots(sc)
+    if slots is None or spark_session.busy_slots(sc) < slots:
+        return None
+    tracker = sc.statusTracker()
+    active, known = 0, False
+    for job_id in tracker.getJobIdsForGroup(group):
+        job = tracker.getJobInfo(job_id)
+        for stage_id in job.stageIds if job is not None else ():
+            stage = tracker.getStageInfo(stage_id)
+            if stage is not None:
+                active, known = active + stage.numActiveTasks, True
+    return active if known else None
+
+
+def _every_started_task_registered(registered: int, started_tasks) -> bool:
+    """True when the tasks that have not registered cannot start now: every task Spark runs has
+    registered and the cluster has no free slot (Spark's status lags behind, never ahead, so a
+    task it has not counted yet only delays the start)."""
+    try:
+        started = started_tasks()
+    except Exception:  # the status is advice only: without it, wait for num_proc or start_timeout
+        return False
+    return started is not None and registered >= started
+
+
+def _joined_after(edriver, finished_worker: int, running: List[int]) -> List[int]:
+    """The running workers that never took the generation ``finished_worker`` finished in, nor an
+    older one."""
+    done_in = edriver.assigned.get(finished_worker)
+    return [w for w in running if done_in is not None and edriver.assigned.get(w, done_in + 1) > done_in]
 
 
 def _without_java_stack(exc) -> str:

@@ -3,8 +3,9 @@
 register with the driver as a new worker -> start the rank process (``run_local_rank`` with the
 elastic environment) under a supervisor that SIGKILLs it if this worker dies -> wait for it, sending
 heartbeats and the rank's output to the driver -> report its exit code. Unlike ``run``'s barrier
-tasks these are ordinary tasks: Spark reschedules one whose executor was lost, and its new attempt
-registers as a new worker.
+tasks these are ordinary tasks: Spark reschedules one whose executor was lost, and runs again one
+that failed, which a task does when its rank failed (fn raised, or the process died) while the job
+goes on; either way the new attempt registers as a new worker and takes the lost rank's place.
 """
 import os
 import socket
@@ -97,5 +98,10 @@ def run_elastic_task(spec: ElasticTaskSpec, _iterator):
             supervisor.stop()
         output.ship(client, worker, None)  # the last lines, drained by stop(), before the driver hears of the exit
         returncode = failure.returncode if failure is not None else 0
-        client.request(OP_EXIT, worker, returncode)
+        replace = client.request(OP_EXIT, worker, returncode)
+    if returncode != 0 and replace:
+        # Failing the task is how Spark learns to run it again (spark.task.maxFailures); the
+        # driver has the rank's traceback, and names it in the job's error if the job cannot go on.
+        raise RuntimeError("worker %d of elastic job %s exited with code %d; this task fails so that Spark runs "
+                           "it again to replace the rank" % (worker, spec.job_id, returncode))
     return [(worker, returncode)]
