@@ -13,6 +13,7 @@ import tempfile
 import time
 
 import torch
+from pyspark.ml.functions import vector_to_array
 from pyspark.ml.linalg import Vectors
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
@@ -70,8 +71,9 @@ def main(argv=None) -> int:
         for name, values in history.items():
             print("  %-13s %s" % (name, " ".join("%.4f" % v for v in values)))
 
-        predicted = fitted.transform(test_df).withColumn(
-            "prediction", F.expr("array_position(label__output, array_max(label__output)) - 1"))
+        # The output column is a vector of class scores (one per digit).
+        predicted = fitted.transform(test_df).withColumn("scores", vector_to_array("label__output")).withColumn(
+            "prediction", F.expr("array_position(scores, array_max(scores)) - 1"))
         row = predicted.select(F.avg((F.col("prediction") == F.col("label")).cast("double")).alias("acc"),
                                F.count(F.lit(1)).alias("n")).first()
         print("test accuracy: %.4f on %d held-out rows (%d ranks, %.0f s)"
