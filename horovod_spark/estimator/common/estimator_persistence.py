@@ -14,21 +14,25 @@ The objects travel through the estimator's ``objects_to_bytes`` / ``objects_from
 (estimator.HorovodEstimator): all of them in one call, so objects that share state keep sharing
 it when loaded (a torch optimizer holds the model's own parameters).
 """
-import importlib
 import warnings
 
 from pyspark.ml.util import DefaultParamsReader, DefaultParamsWriter, MLReader
 
-from .persistence import FORMAT_VERSION, HorovodWriter, is_json_value, join_path, metadata_target
+from .persistence import (
+    FORMAT_VERSION,
+    HorovodWriter,
+    class_of,
+    is_json_value,
+    join_path,
+    metadata_target,
+    new_instance,
+    read_blob,
+    write_blob,
+)
 
 OBJECTS_DIR = "objects"
 # Params whose values are not saved (Horovod saves neither); store is saved by store_record instead.
 NOT_SAVED = ("backend", "store")
-
-
-def _class_of(name: str):
-    module, _, attr = name.rpartition(".")
-    return getattr(importlib.import_module(module), attr)
 
 
 def store_record(store):
@@ -58,7 +62,7 @@ def store_record(store):
 def rebuild_store(record):
     if record is None:
         return None
-    return _class_of(record["class"])(record["prefix_path"])
+    return class_of(record["class"])(record["prefix_path"])
 
 
 class HorovodEstimatorWriter(HorovodWriter):
@@ -76,8 +80,7 @@ class HorovodEstimatorWriter(HorovodWriter):
                                          paramMap=json_params)
         if objects:
             data = instance.objects_to_bytes(objects)
-            frame = self.sparkSession.createDataFrame([(bytearray(data),)], "objects binary")
-            frame.coalesce(1).write.parquet(join_path(path, OBJECTS_DIR))
+            write_blob(self.sparkSession, data, join_path(path, OBJECTS_DIR))
 
 
 class HorovodEstimatorReader(MLReader):
@@ -92,15 +95,10 @@ class HorovodEstimatorReader(MLReader):
             raise ValueError("%s was not saved by a horovod_spark estimator of this version (format %r, stage %r; "
                              "expected format %r, stage 'estimator')"
                              % (path, info.get("format_version"), info.get("stage"), FORMAT_VERSION))
-        cls = _class_of(metadata["class"])
-        if not issubclass(cls, self.cls):
-            raise ValueError("%s holds a %s, not a %s" % (path, metadata["class"], self.cls.__name__))
-        instance = cls()
-        instance._resetUid(metadata["uid"])
-        DefaultParamsReader.getAndSetParams(instance, metadata)
+        instance = new_instance(self.cls, path, metadata)
         if info.get("objects"):
-            row = self.sparkSession.read.parquet(join_path(path, OBJECTS_DIR)).first()
-            for name, value in cls.objects_from_bytes(bytes(row[0])).items():
+            data = read_blob(self.sparkSession, join_path(path, OBJECTS_DIR))
+            for name, value in type(instance).objects_from_bytes(data).items():
                 instance.set(instance.getParam(name), value)
         store = rebuild_store(info.get("store"))
         if store is not None:

@@ -29,6 +29,34 @@ def join_path(path: str, name: str) -> str:
     return path.rstrip("/") + "/" + name
 
 
+def class_of(qualified_name: str):
+    """The class a saved stage's metadata names ("package.module.Class")."""
+    module, _, name = qualified_name.rpartition(".")
+    return getattr(importlib.import_module(module), name)
+
+
+def write_blob(session, data: bytes, path: str) -> None:
+    """``data`` as a one-row Parquet file under ``path`` (what save() writes beside the metadata)."""
+    session.createDataFrame([(bytearray(data),)], "blob binary").coalesce(1).write.parquet(path)
+
+
+def read_blob(session, path: str) -> bytes:
+    """What ``write_blob`` wrote under ``path``."""
+    return bytes(session.read.parquet(path).first()[0])
+
+
+def new_instance(expected_cls, path: str, metadata: dict):
+    """The stage ``metadata`` describes, with its uid and JSON Params; refused unless it is an
+    ``expected_cls`` (the class whose ``load`` was called)."""
+    cls = class_of(metadata["class"])
+    if not issubclass(cls, expected_cls):
+        raise ValueError("%s holds a %s, not a %s" % (path, metadata["class"], expected_cls.__name__))
+    instance = cls()
+    instance._resetUid(metadata["uid"])
+    DefaultParamsReader.getAndSetParams(instance, metadata)
+    return instance
+
+
 def metadata_target(rw):
     """What DefaultParams{Writer,Reader} get: the SparkContext, as pyspark 3.5 (the older stack) takes
     only a context; a Spark Connect session has none, and pyspark 4 takes the session instead."""
@@ -58,8 +86,7 @@ class HorovodModelWriter(HorovodWriter):
         extra = {"horovod_spark": {"format_version": FORMAT_VERSION, "framework": instance.framework}}
         DefaultParamsWriter.saveMetadata(instance, path, metadata_target(self), extraMetadata=extra,
                                          paramMap=instance.json_params())
-        frame = self.sparkSession.createDataFrame([(bytearray(data),)], "model binary")
-        frame.coalesce(1).write.parquet(join_path(path, _MODEL_DIR))
+        write_blob(self.sparkSession, data, join_path(path, _MODEL_DIR))
 
 
 class HorovodModelReader(MLReader):
@@ -73,13 +100,6 @@ class HorovodModelReader(MLReader):
         if info.get("format_version") != FORMAT_VERSION:
             raise ValueError("%s was not saved by a horovod_spark model of this version (format %r, expected %r)"
                              % (path, info.get("format_version"), FORMAT_VERSION))
-        module, _, name = metadata["class"].rpartition(".")
-        cls = getattr(importlib.import_module(module), name)
-        if not issubclass(cls, self.cls):
-            raise ValueError("%s holds a %s, not a %s" % (path, metadata["class"], self.cls.__name__))
-        instance = cls()
-        instance._resetUid(metadata["uid"])
-        DefaultParamsReader.getAndSetParams(instance, metadata)
-        row = self.sparkSession.read.parquet(join_path(path, _MODEL_DIR)).first()
-        instance.set_model_bytes(bytes(row[0]))
+        instance = new_instance(self.cls, path, metadata)
+        instance.set_model_bytes(read_blob(self.sparkSession, join_path(path, _MODEL_DIR)))
         return instance
