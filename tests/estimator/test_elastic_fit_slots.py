@@ -19,7 +19,7 @@ from support.injected_failures import RaiseAtStep  # noqa: E402
 from horovod_spark.estimator import TorchEstimator  # noqa: E402
 from horovod_spark.store import Store  # noqa: E402
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.timeout(600), pytest.mark.legacy_stack]
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 

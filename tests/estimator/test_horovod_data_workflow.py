@@ -19,7 +19,7 @@ from horovod_spark.estimator.common.parquet_call import DatasetIndexSource, parq
 from horovod_spark.spark.common.store import Store  # noqa: E402
 from horovod_spark.spark.common.util import clear_training_cache, get_dataset_properties, prepare_data  # noqa: E402
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.timeout(300), pytest.mark.legacy_stack]
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 

@@ -19,7 +19,7 @@ from pyspark.sql import types as T  # noqa: E402
 from horovod_spark.estimator import KerasEstimator, KerasModel  # noqa: E402
 from horovod_spark.store import Store  # noqa: E402
 
-pytestmark = [pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.timeout(600), pytest.mark.legacy_stack]
 
 # The layer below travels by value, as a notebook's would.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])

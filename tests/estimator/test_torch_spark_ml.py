@@ -28,7 +28,7 @@ from pyspark.sql import types as T  # noqa: E402
 from horovod_spark.estimator import TorchEstimator, TorchModel  # noqa: E402
 from horovod_spark.store import Store  # noqa: E402
 
-pytestmark = [pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.timeout(600), pytest.mark.legacy_stack]
 
 CLASSES = 3
 
@@ -227,8 +227,10 @@ def test_cross_validator_fits_at_once_chooses_saves_and_loads(spark, df, tmp_pat
     assert row.prediction == float(np.argmax(scores))
 
 
-def test_train_validation_split_whose_fits_exceed_the_slots_waits_its_turn(spark, df, tmp_path, capsys):
-    """parallelism=2 with num_proc=2 on two task slots: the fits take turns, none deadlocks."""
+def test_train_validation_split_whose_fits_exceed_the_slots_waits_its_turn(spark, df, tmp_path):
+    """parallelism=2 with num_proc=2 on two task slots: the fits take turns, none deadlocks. (Where
+    the second one waits, at the slot gate or, on pyspark 3.5, for its data preparation's Spark job,
+    depends on the scheduler; tests/estimator/test_slot_gate.py covers the gate itself.)"""
     times = str(tmp_path / "times")
     est = classifier(Store.create(str(tmp_path / "store")), num_proc=2, classification="logits", verbose=1,
                      callbacks=[TrainingTimes(times)])
@@ -236,8 +238,6 @@ def test_train_validation_split_whose_fits_exceed_the_slots_waits_its_turn(spark
     tvs = TrainValidationSplit(estimator=est, estimatorParamMaps=grid, parallelism=2, seed=1, trainRatio=0.75,
                                evaluator=MulticlassClassificationEvaluator(metricName="accuracy"))
     tvs_model = tvs.fit(df)
-    assert "waiting for 2 free task slot(s): other fits of this driver hold 2 of the cluster's 2" in \
-        capsys.readouterr().out
     intervals = _intervals(times)
     assert len(intervals) == 3 and not _overlapping(intervals)
     assert tvs_model.bestModel.getFitParams()["batch_size"] == 4

@@ -16,7 +16,7 @@ from support import elastic_training  # noqa: E402
 import horovod_spark  # noqa: E402
 from horovod_spark.exceptions import ElasticJobError  # noqa: E402
 
-pytestmark = pytest.mark.timeout(400)
+pytestmark = [pytest.mark.timeout(400), pytest.mark.legacy_stack]
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 

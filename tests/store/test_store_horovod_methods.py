@@ -11,7 +11,7 @@ import pytest
 
 from horovod_spark.spark.common.store import DBFSLocalStore, FilesystemStore, HDFSStore, LocalStore, Store
 
-pytestmark = [pytest.mark.timeout(60)]
+pytestmark = [pytest.mark.timeout(60), pytest.mark.legacy_stack]
 
 
 def test_dataset_paths_by_horovods_index_and_by_key(tmp_path):

@@ -14,7 +14,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from . import classifier_columns, inference, output_columns
+from . import classifier_columns, inference, output_columns, spark_compat
 from .params import ModelParams
 from .persistence import HorovodModelReader, HorovodModelWriter
 
@@ -116,8 +116,7 @@ class HorovodModel(Model, ModelParams, MLReadable, MLWritable):
         names = outputs + extra
         udf_types = [T.DoubleType() if k == inference.DOUBLE else
                      T.ArrayType(T.DoubleType() if k == inference.DOUBLES else T.FloatType(), False) for k in udf_kinds]
-        return_type = udf_types[0] if len(names) == 1 else T.StructType(
-            [T.StructField(name, kind, False) for name, kind in zip(names, udf_types)])
+        return_type = udf_types[0] if len(names) == 1 else spark_compat.udf_struct_type(names, udf_types)
         udf = inference.make_predict_udf(key, data, type(self)._loader, type(self)._predictor,
                                          self._input_shapes(), udf_kinds, names, return_type, classification)
         # The classifier columns: two vectors and the class index, as Spark ML's classifiers give them.

@@ -45,6 +45,15 @@ def scalar_iter_arrow_udf(fn: Callable[[Iterator[pa.Array]], Iterator[pa.Array]]
     return pandas_udf(through_pandas, return_type)
 
 
+def udf_struct_type(names, types):
+    """The StructType a multi-column UDF returns, as each stack checks it: the fields are not
+    nullable (a prediction is never null), except on pyspark 3.5, whose pandas UDF results always
+    come back nullable and whose schema check compares nullability too."""
+    from pyspark.sql.types import StructField, StructType
+    nullable = not has_arrow_udf()
+    return StructType([StructField(name, kind, nullable) for name, kind in zip(names, types)])
+
+
 def collect_arrow(df) -> pa.Table:
     """``df`` collected to the driver as an Arrow table."""
     if hasattr(df, "toArrow"):
