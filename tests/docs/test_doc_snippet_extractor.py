@@ -62,3 +62,21 @@ def test_the_snippets_marker_names_a_spark_master():
     assert setup_of("doc.md", "no marker") == {}
     with pytest.raises(ValueError, match="doc.md:1: the snippets marker reads"):
         setup_of("doc.md", "<!-- snippets: a database -->")
+
+
+def test_the_runner_shares_names_between_blocks_and_names_the_failing_line(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from support.doc_snippets import ROOT
+    doc = tmp_path / "notebook.md"
+    doc.write_text("# A\n\n```python\ngreeting = 'hi'\n```\n\n<!-- fragment: never runs -->\n```python\n"
+                   "raise SystemExit(3)\n```\n\n```python\nprint(greeting)\nprint(undefined_name)\n```\n")
+    runner = os.path.join(ROOT, "tests", "support", "doc_snippet_runner.py")
+    done = subprocess.run([sys.executable, runner, str(doc)], cwd=str(tmp_path), capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "hi\n" in done.stdout
+    assert "FAILED: %s, the python block at line 12" % doc in done.stdout
+    assert 'notebook.md", line 14' in done.stderr and "print(undefined_name)" in done.stderr
