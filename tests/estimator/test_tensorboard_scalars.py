@@ -69,3 +69,14 @@ def test_without_tensorboard_the_fit_goes_on_and_says_so_once(tmp_path, monkeypa
         quiet.close()
     assert [r.getMessage() for r in caplog.records] == [NO_TENSORBOARD]
     assert not os.path.exists(store.get_logs_path("run1"))
+
+
+def test_writers_one_after_another_keep_their_own_files(tmp_path):
+    # As a re-formed elastic fit's rank 0 may, within the same second.
+    store = Store.create(str(tmp_path / "store"))
+    for epoch in range(2):
+        scalars = EpochScalars(store, "run1", rank=0)
+        scalars.epoch_end(epoch, {name: values[epoch] for name, values in HISTORY.items()})
+        scalars.close()
+    assert len(os.listdir(store.get_logs_path("run1"))) == 2
+    assert_matches_history(store.get_logs_path("run1"), HISTORY)

@@ -105,3 +105,19 @@ def test_lines_to_files_and_pipes_carry_no_control_characters(tmp_path):
     with os.fdopen(child_end, "w") as terminal:
         assert line_start(terminal) == CLEAR_LINE
     os.close(main)
+
+
+def test_a_fits_epoch_lines_to_a_terminal_wipe_the_bar_first():
+    from horovod_spark.estimator.common.progress_driver import ProgressPrinter
+    from horovod_spark.estimator.common.progress_rank import MARKER
+    main, child_end = pty.openpty()
+    with os.fdopen(child_end, "w") as terminal:
+        printer = ProgressPrinter(verbose=1, out=terminal, err=terminal)
+        printer.write('[0]<stdout>:%s{"event": "train_begin", "epochs": 1, "start_epoch": 0, "steps": 1, '
+                      '"val_steps": 0, "run_id": "r"}\n' % MARKER)
+        printer.write('[0]<stdout>:%s{"event": "epoch_end", "epoch": 0, "logs": {"loss": 0.5}, "seconds": 1.0}\n'
+                      % MARKER)
+        printer.close()
+        shown = os.read(main, 4096).decode()
+    os.close(main)
+    assert shown.startswith(CLEAR_LINE + "epoch 1/1 - loss: 0.5000"), repr(shown)

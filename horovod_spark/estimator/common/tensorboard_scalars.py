@@ -7,6 +7,7 @@ records are written with TensorBoard's own protocol buffers and record writer, w
 TensorFlow nor torch. The ``tensorboard`` package is optional: without it the fit writes no event
 files and says so once.
 """
+import itertools
 import logging
 import os
 import socket
@@ -15,6 +16,7 @@ import time
 from .run_logs import RunLogs
 
 log = logging.getLogger(__name__)
+_FILES = itertools.count()  # of this process: an elastic fit's rank 0 may open a second file within a second
 
 NO_TENSORBOARD = ("horovod_spark: no TensorBoard event files were written for this fit, as the package tensorboard "
                   "is not installed where the ranks run; install horovod_spark[tensorboard] (or tensorboard) there "
@@ -38,9 +40,10 @@ class EpochScalars:
             return
         self._event, self._summary = event_pb2.Event, summary_pb2.Summary
         self._run_logs = RunLogs(store, run_id)
-        # The name TensorBoard's readers look for (``events.out.tfevents.*``); time, host and
-        # process keep the files of a resumed or re-formed fit apart.
-        name = "events.out.tfevents.%010d.%s.%d.horovod_spark" % (time.time(), socket.gethostname(), os.getpid())
+        # The name TensorBoard's readers look for (``events.out.tfevents.*``); time, host, process
+        # and count keep the files of a resumed or re-formed fit apart.
+        name = "events.out.tfevents.%010d.%s.%d.%d.horovod_spark" % (time.time(), socket.gethostname(), os.getpid(),
+                                                                     next(_FILES))
         self._records = RecordWriter(open(os.path.join(self._run_logs.directory, name), "wb"))
         self._write(self._event(wall_time=time.time(), file_version="brain.Event:2"))
 
