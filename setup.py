@@ -40,6 +40,8 @@ EXTRAS_REQUIRE = {
     "store": ["fsspec>=2024.2"],
     # horovod_spark.lightning: the unified `lightning` package (lightning.pytorch), not pytorch-lightning.
     "lightning": ["lightning>=2.4,<2.7", "torch>=2.13"],
+    # TensorBoard event files of fits in the store's runs/<run_id>/logs (fits run without it).
+    "tensorboard": ["tensorboard>=2.14"],
 }
 sources = sorted(glob.glob("native/**/*.cc", recursive=True))
 

@@ -1,5 +1,5 @@
 """The Keras callback through which a KerasEstimator rank keeps the estimator's contract: the run's
-history, a checkpoint per epoch (rank 0) and progress events for the driver (rank 0).
+history, a checkpoint per epoch, TensorBoard scalars and progress events for the driver (rank 0).
 
 It goes last in the callback list, so the logs it records are the ones MetricAverageCallback
 already averaged over ranks (and that user callbacks saw).
@@ -45,9 +45,11 @@ class EstimatorCallback(keras.callbacks.Callback):
         t.loss_guard.check_weights(_nonfinite_weights(self.model), epoch, self._steps)
         values = _floats(logs)
         # Elastic fits also record on how many ranks each epoch ran (a lost rank shows as fewer).
-        t.history.append(dict(values, num_ranks=t.size) if t.spec.elastic else values)
+        recorded = dict(values, num_ranks=t.size) if t.spec.elastic else values
+        t.history.append(recorded)
         if t.rank == 0:
             t.checkpoints.write(epoch + 1, t.checkpoint_bytes(epoch + 1))
+        t.scalars.epoch_end(epoch, recorded)
         # A None check, not `or`: time.monotonic() has no fixed origin, so no value of it means "unset".
         started = self._started if self._started is not None else time.monotonic()
         t.reporter.epoch_end(epoch, values, time.monotonic() - started)

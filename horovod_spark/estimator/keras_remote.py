@@ -33,7 +33,8 @@ def train(spec):
     import horovod_spark.keras as hvd
     hvd.init()
     try:
-        trainer = _KerasTrainer(spec, hvd, (without_gpu, rank_device.TENSORFLOW_NO_GPU) if spec.use_gpu else None)
+        notice = spec.use_gpu and spec.gpu_notice
+        trainer = _KerasTrainer(spec, hvd, (without_gpu, rank_device.TENSORFLOW_NO_GPU) if notice else None)
         if not spec.elastic:  # an elastic fit reports at each (re)start instead
             rank_device.report_devices(hvd, trainer.cpu_fallback)
         return trainer.run()
@@ -142,6 +143,7 @@ class _KerasTrainer(RankTrainer):
                 self.reporter.train_begin(spec.epochs, spec.start_epoch, self.train_reader.steps_per_epoch,
                                           self.val_steps, spec.run_id)
                 self.reporter.train_end()
+            self.close_scalars()
             report_cache(spec, self.rank, self.train_reader, self.val_reader)
             if self.rank != 0:
                 return None

@@ -63,7 +63,7 @@ class EstimatorCallback(pl.Callback):
         owner.history.append(dict(logs, num_ranks=owner.size) if owner.spec.elastic else logs)
         checkpoint = self._checkpoint(trainer, epoch + 1)
         if owner.rank == 0:
-            owner.sync_logs()
+            owner.run_logs.sync()
         if self.commit is not None:
             self.commit(epoch, checkpoint)
         owner.reporter.epoch_end(epoch, logs, time.monotonic() - self._started)

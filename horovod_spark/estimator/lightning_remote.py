@@ -11,7 +11,6 @@ import io
 import logging
 import os
 import re
-import shutil
 import tempfile
 import warnings
 
@@ -20,7 +19,6 @@ import lightning.pytorch as pl
 import torch
 
 from horovod_spark.lightning import HorovodStrategy
-from horovod_spark.store import LocalStore
 
 from . import lightning_data, lightning_payload
 from .common import rank_device
@@ -29,6 +27,8 @@ from .common.history import History
 from .common.nonfinite import LossGuard
 from .common.rank_data import report_cache, set_mp_start_method
 from .common.rank_trainer import RankTrainer
+from .common.run_logs import RunLogs
+from .common.tensorboard_scalars import NO_TENSORBOARD
 from .lightning_rank_callback import EstimatorCallback
 
 CHECKPOINT_FORMAT = 1
@@ -64,6 +64,8 @@ def load_checkpoint(data: bytes) -> dict:
 
 
 class LightningRankTrainer(RankTrainer):
+    writes_epoch_scalars = False  # the Trainer's logger (TensorBoardLogger unless the user gave one) does
+
     def __init__(self, spec, hvd):
         self.spec, self.hvd = spec, hvd
         # Ranks sharing a host would otherwise each start a thread per core and fight over them.
@@ -74,7 +76,8 @@ class LightningRankTrainer(RankTrainer):
         self.transformation_fn = self.parts["transformation_fn"]
         use_gpu = spec.use_gpu and self.parts["num_gpus"] != 0
         self.device = rank_device.torch_device(use_gpu, hvd)
-        self.cpu_fallback = (self.device.type == "cpu", rank_device.TORCH_NO_GPU) if use_gpu else None
+        notice = use_gpu and spec.gpu_notice
+        self.cpu_fallback = (self.device.type == "cpu", rank_device.TORCH_NO_GPU) if notice else None
         self.checkpoints = CheckpointStore(spec.store, spec.run_id, keep=spec.keep_checkpoints)
         self.history = History()
         self.output_shapes = None
@@ -83,7 +86,10 @@ class LightningRankTrainer(RankTrainer):
             state = load_checkpoint(spec.store.read_bytes(spec.resume_path))
             self.history = History(state["history"])
             self.lightning_checkpoint = state["lightning"]
-        self.logs_dir, self._logs_local = self._logs_directory()
+        # The loggers write in the store's logs directory itself (a local store) or in a scratch
+        # directory copied there after each epoch (run_logs.py).
+        self.run_logs = RunLogs(spec.store, spec.run_id)
+        self.logs_dir = self.run_logs.directory
         self.module = None
         self.lightning_trainer = None
         self.place()
@@ -162,31 +168,11 @@ class LightningRankTrainer(RankTrainer):
             try:
                 return pl.loggers.TensorBoardLogger(self.logs_dir)
             except ModuleNotFoundError:  # neither tensorboard nor tensorboardX is installed
+                if self.rank == 0 and self.spec.verbose:
+                    logging.getLogger(__name__).warning(NO_TENSORBOARD)
                 return pl.loggers.CSVLogger(self.logs_dir)
         _reroot(logger, self.logs_dir)
         return logger
-
-    def _logs_directory(self):
-        """(local directory the loggers write to, whether it is the store's own logs directory):
-        that directory itself in a local store, else a scratch directory copied there (sync_logs)."""
-        store = self.spec.store
-        if isinstance(store, LocalStore):
-            path = store.get_logs_path(self.spec.run_id)
-            os.makedirs(path, exist_ok=True)
-            return path, True
-        return tempfile.mkdtemp(prefix="hs-lightning-logs-"), False
-
-    def sync_logs(self):
-        """Copy the loggers' files to the store's run logs directory (rank 0, after each epoch)."""
-        if self._logs_local:
-            return
-        store, target = self.spec.store, self.spec.store.get_logs_path(self.spec.run_id)
-        for root, _, files in os.walk(self.logs_dir):
-            for name in files:
-                local = os.path.join(root, name)
-                relative = os.path.relpath(local, self.logs_dir).replace(os.sep, "/")
-                with open(local, "rb") as f:
-                    store.write_bytes(target + "/" + relative, f.read())
 
     def checkpoint_bytes(self, epochs_done: int, lightning_bytes: bytes) -> bytes:
         buf = io.BytesIO()
@@ -200,9 +186,7 @@ class LightningRankTrainer(RankTrainer):
         report_cache(spec, self.rank, self.train_reader, self.val_reader)
         if self.rank != 0:
             return None
-        self.sync_logs()
-        if not self._logs_local:
-            shutil.rmtree(self.logs_dir, ignore_errors=True)
+        self.run_logs.close()
         state = self._best_weights() or {k: v.detach().cpu() for k, v in self.module.state_dict().items()}
         buf = io.BytesIO()
         torch.save(state, buf)

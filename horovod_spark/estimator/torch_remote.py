@@ -1,5 +1,6 @@
 """What every rank runs for TorchEstimator.fit: rebuild model and optimizer, resume if asked,
-train on this rank's shard, validate, checkpoint (rank 0), report progress (rank 0).
+train on this rank's shard, validate, checkpoint (rank 0), write TensorBoard scalars and report
+progress (rank 0).
 
 Determinism: the reader's order is a function of (seed, epoch) and torch's RNG is reseeded from
 (seed, epoch, rank) at every epoch, so a run resumed after epoch k trains epochs k+1... exactly
@@ -74,7 +75,8 @@ class _Trainer(RankTrainer):
         parts = torch_payload.unpack(spec.payload)
         self.device = rank_device.torch_device(spec.use_gpu, hvd)
         # Reported once before a fixed-size fit, at each (re)start of an elastic one (rank_device).
-        self.cpu_fallback = (self.device.type == "cpu", rank_device.TORCH_NO_GPU) if spec.use_gpu else None
+        notice = spec.use_gpu and spec.gpu_notice
+        self.cpu_fallback = (self.device.type == "cpu", rank_device.TORCH_NO_GPU) if notice else None
         self.model = parts["model"].to(self.device)
         losses = [make() for make in parts["loss"]] if parts.get("loss_constructed") else parts["loss"]
         self.losses = losses * len(spec.label_cols) if len(losses) == 1 else losses
@@ -133,15 +135,18 @@ class _Trainer(RankTrainer):
         if self.val_reader is not None:
             logs.update(self._validate(epoch))
         # Elastic fits also record on how many ranks each epoch ran (a lost rank shows as fewer).
-        self.history.append(dict(logs, num_ranks=self.size) if self.spec.elastic else logs)
+        recorded = dict(logs, num_ranks=self.size) if self.spec.elastic else logs
+        self.history.append(recorded)
         self._callback("on_epoch_end", epoch, dict(logs))
         if self.rank == 0:
             self.checkpoints.write(epoch + 1, self._checkpoint_bytes(epoch + 1))
+        self.scalars.epoch_end(epoch, recorded)
         self.reporter.epoch_end(epoch, logs, time.monotonic() - started)
 
     def finish(self):
         spec = self.spec
         self._callback("on_train_end", self.history.to_dict())
+        self.close_scalars()
         self.reporter.train_end()
         report_cache(spec, self.rank, self.train_reader, self.val_reader)
         if self.rank != 0:

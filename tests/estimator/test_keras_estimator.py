@@ -13,6 +13,7 @@ import cloudpickle
 import numpy as np
 import pytest
 from support.keras_data import CLASSES, accuracy, classification_df, two_input_model
+from support.tensorboard_events import assert_matches_history
 
 pyspark = pytest.importorskip("pyspark")
 keras = pytest.importorskip("keras")
@@ -245,6 +246,12 @@ def test_fit_transform_compiled_model_with_best_checkpoint(spark, class_df, fitt
     losses = [trained.evaluate([vec[s], arr[s]], labels[s], verbose=0, return_dict=True)["loss"]
               for s in (slice(0, half), slice(half, None))]
     np.testing.assert_allclose(np.mean(losses), min(history["val_loss"]), rtol=1e-4)
+
+
+def test_tensorboard_event_files_hold_the_history(fitted):
+    pytest.importorskip("tensorboard")  # an optional extra, not in the older stack's lock
+    _, model, store, _ = fitted
+    assert_matches_history(store.get_logs_path("fitted"), model.getHistory())
 
 
 def test_uncompiled_model_with_params_custom_layer_weights_and_validation_column(spark, tmp_path):

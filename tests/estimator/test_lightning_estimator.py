@@ -14,6 +14,7 @@ torch = pytest.importorskip("torch")
 pl = pytest.importorskip("lightning.pytorch")
 
 from support import lightning_estimator_models as models  # noqa: E402
+from support.tensorboard_events import assert_matches_history  # noqa: E402
 
 from horovod_spark.estimator import LightningEstimator, LightningModel, TorchModel  # noqa: E402
 from horovod_spark.store import Store  # noqa: E402
@@ -119,8 +120,11 @@ def test_a_lightning_data_module_replaces_the_prepared_data(train_df, tmp_path, 
     # EarlyStopping that never sees enough improvement stops every rank after the second epoch.
     stop = pl.callbacks.EarlyStopping(monitor="val_loss", patience=0, min_delta=10.0)
     data_module = models.TensorDataModule if as_class else models.TensorDataModule(train_batch_size=16)
-    model = _estimator(Store.create(str(tmp_path)), "data-module", data_module=data_module, epochs=5,
-                       callbacks=[stop]).fit(train_df)
+    store = Store.create(str(tmp_path))
+    model = _estimator(store, "data-module", data_module=data_module, epochs=5, callbacks=[stop]).fit(train_df)
     history = model.getHistory()
     assert len(history["val_loss"]) == 2, history
     assert models.held_out_accuracy(model.getModel()) > 0.75
+    # No logger given: Lightning's TensorBoardLogger wrote the epochs into the store's run logs.
+    version = os.path.join(store.get_logs_path("data-module"), "lightning_logs", "version_0")
+    assert_matches_history(version, history, steps_are_epochs=False)

@@ -22,6 +22,7 @@ from pyspark.ml.feature import VectorAssembler  # noqa: E402
 from pyspark.ml.linalg import Vectors, VectorUDT  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 from pyspark.sql import types as T  # noqa: E402
+from support.tensorboard_events import assert_matches_history  # noqa: E402
 
 from horovod_spark.data import petastorm_support  # noqa: E402
 from horovod_spark.estimator import TorchEstimator, TorchModel  # noqa: E402
@@ -253,6 +254,14 @@ def test_fit_transform_dense_sparse_and_array_columns(spark, class_df, fitted):
     assert isinstance(model.getModel(), TwoInputNet) and not model.getModel().training
     # The user's model object was not trained in place.
     assert not torch.equal(est.getModel().fc.weight, model.getModel().fc.weight)
+
+
+def test_tensorboard_event_files_hold_the_history(fitted):
+    pytest.importorskip("tensorboard")  # an optional extra, not in the older stack's lock
+    _, model, store, _ = fitted
+    # Run ids begin with their start time, and the fixture's fit ran first in its store.
+    run = sorted(os.listdir(store.get_runs_path()))[0]
+    assert_matches_history(store.get_logs_path(run), model.getHistory())
 
 
 def test_validation_by_column_sample_weights_scalar_output(spark, tmp_path):

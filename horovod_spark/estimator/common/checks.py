@@ -54,6 +54,7 @@ class FitConfig:
     train_reader_options: dict = field(default_factory=dict)   # extra options of the data module's reader
     val_reader_options: dict = field(default_factory=dict)
     elastic: Optional[ElasticSettings] = None   # None: a fixed-size fit (elastic_fit.py)
+    gpu_notice: bool = True   # TrainSpec.gpu_notice
 
 
 def _positive_int(name: str, value, allow_none: bool = False) -> Optional[int]:
@@ -192,7 +193,7 @@ def check_common(est) -> FitConfig:
                      partitions_per_process=partitions_per_process, mp_start_method=get("mp_start_method"),
                      train_reader_options=train_reader_options,
                      val_reader_options=val_reader_options,
-                     elastic=check_elastic(est))
+                     elastic=check_elastic(est), gpu_notice=verbose > 0 or est.isSet("use_gpu"))
 
 
 def _shuffle(shuffle, shuffle_buffer_size):

@@ -109,7 +109,7 @@ def run_fit(est, source):
         backward_passes_per_step=cfg.backward_passes_per_step, data_module=cfg.data_module, use_gpu=cfg.use_gpu,
         verbose=cfg.verbose, payload=plan.payload, inmemory_cache_all=cfg.inmemory_cache_all,
         nonfinite_loss=cfg.nonfinite_loss, train_reader_options=cfg.train_reader_options,
-        val_reader_options=cfg.val_reader_options, mp_start_method=cfg.mp_start_method,
+        val_reader_options=cfg.val_reader_options, mp_start_method=cfg.mp_start_method, gpu_notice=cfg.gpu_notice,
         elastic=cfg.elastic is not None)
 
     log(1, "run %s: training %d epoch(s) on %d rank(s)%s%s" % (

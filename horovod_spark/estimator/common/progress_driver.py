@@ -6,15 +6,19 @@ and one summary line per epoch, and passes every other line through unchanged. I
 runner's service thread, so it never raises and never blocks on anything but the terminal.
 """
 import json
+import logging
 import sys
 from typing import Dict, List
 
+from horovod_spark.common.console import line_start
 from horovod_spark.common.line_sink import LineSink, flush_quietly
 
 from .history import format_epoch
 from .progress_rank import MARKER
 
 _TAG = "]<stdout>:" + MARKER
+
+log = logging.getLogger(__name__)
 
 
 class ProgressPrinter(LineSink):
@@ -47,7 +51,7 @@ class ProgressPrinter(LineSink):
             event = json.loads(line[at + len(_TAG):])
             getattr(self, "_on_" + event.pop("event"))(**event)
         except Exception as exc:  # a malformed event must not kill the runner's service thread
-            self._print("[horovod_spark] unreadable progress event (%s): %r" % (exc, line))
+            log.warning("unreadable progress event (%s): %r", exc, line)
 
     def _on_train_begin(self, epochs, start_epoch, steps, val_steps, run_id):
         self.epochs, self.steps = epochs, steps
@@ -106,7 +110,7 @@ class ProgressPrinter(LineSink):
 
     def _print(self, line: str) -> None:
         try:
-            self._out.write(line + "\n")
+            self._out.write(line_start(self._out) + line + "\n")
             self.flush()
         except (OSError, ValueError):
             pass

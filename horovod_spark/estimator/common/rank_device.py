@@ -3,9 +3,13 @@
 The GPU itself is chosen by ``horovod_spark.spark.task.gpus.rank_gpu`` (Spark's task resources, then
 CUDA_VISIBLE_DEVICES, then the local rank). A rank without a CUDA device trains on CPU; rank 0
 then prints one line for the whole job, so a CPU cluster running with the default use_gpu=True
-learns it once, not once per rank or per step.
+learns it once, not once per rank or per step. The line is a warning of the ``horovod_spark``
+logger hierarchy (rank 0's stderr by default, which the driver relays); a fit at verbose=0 leaves it
+out unless the user set use_gpu=True (TrainSpec.gpu_notice).
 """
-import sys
+import logging
+
+log = logging.getLogger(__name__)
 
 NO_GPU_LINE = ("horovod_spark: use_gpu=True, but %d of %d rank(s) see no CUDA device (%s); they train on "
                "CPU. Set use_gpu=False to train on CPU without this line.")
@@ -14,17 +18,19 @@ TENSORFLOW_NO_GPU = "TensorFlow lists no GPU there"
 
 
 def report_cpu_fallback(hvd, without_gpu: bool, why: str, out=None, quiet: bool = False) -> int:
-    """Collective (every rank calls it when use_gpu=True): how many ranks lack a GPU; rank 0 prints
-    ``NO_GPU_LINE`` when any does, unless ``quiet`` (it already did).
+    """Collective (every rank calls it when use_gpu=True): how many ranks lack a GPU; rank 0 logs
+    ``NO_GPU_LINE`` (or writes it to ``out``) when any does, unless ``quiet`` (it already did).
 
     An elastic fit calls it at every (re)start instead of once before training: a rank that joins
     later runs only the code before the elastic loop, and a collective there that the survivors do
     not repeat would leave every rank waiting on a different collective."""
     missing = sum(1 for flag in hvd.allgather_object(bool(without_gpu), name="estimator.gpu_missing") if flag)
     if missing and not quiet and hvd.rank() == 0:
-        stream = out if out is not None else sys.stderr
-        stream.write(NO_GPU_LINE % (missing, hvd.size(), why) + "\n")
-        stream.flush()
+        if out is None:
+            log.warning(NO_GPU_LINE, missing, hvd.size(), why)
+        else:
+            out.write(NO_GPU_LINE % (missing, hvd.size(), why) + "\n")
+            out.flush()
     return missing
 
 

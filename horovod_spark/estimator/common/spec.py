@@ -43,6 +43,9 @@ class TrainSpec:
     train_reader_options: dict = field(default_factory=dict)   # the data module's own reader options
     val_reader_options: dict = field(default_factory=dict)
     mp_start_method: Optional[str] = None   # multiprocessing's start method on the ranks
+    # Whether rank 0 says use_gpu=True found no GPU (rank_device.py): not at verbose=0 when use_gpu
+    # is only the default, which a CPU cluster's user never chose.
+    gpu_notice: bool = True
 
     @property
     def columns(self) -> List[str]:

@@ -17,6 +17,7 @@ import threading
 import time
 from typing import Dict, List, Optional, Tuple
 
+from horovod_spark.common.console import line_start
 from horovod_spark.common.line_sink import LineAssembler, marked
 
 # The core prints this at the start of each stall warning (native/engine/coordinator.cc).
@@ -70,7 +71,8 @@ class OutputSink:
 
     def runner_message(self, text: str, stream: str = "stderr") -> None:
         with self._lock:
-            self._files[stream].write("[horovod_spark] %s\n" % text)
+            out = self._files[stream]
+            out.write("%s[horovod_spark] %s\n" % (line_start(out), text))
             self._flush(stream)
 
     def _write(self, rank: int, stream: str, t: float, line: bytes, complete: bool = True) -> None:
@@ -78,7 +80,9 @@ class OutputSink:
         if stream == "stderr" and text.startswith(STALL_MARK):
             stall_log.warning("rank %d: %s", rank, text[len("[horovod_spark] "):])
         prefix = _format_time(t) if self._timestamps else ""
-        self._files[stream].write("%s[%d]<%s>:%s\n" % (prefix, rank, stream, text))
+        out = self._files[stream]
+        # On a terminal, a pending Spark progress bar is wiped first (common/console.py).
+        out.write("%s%s[%d]<%s>:%s\n" % (line_start(out), prefix, rank, stream, text))
 
     def _flush(self, stream: str) -> None:
         flush: Optional[callable] = getattr(self._files[stream], "flush", None)
