@@ -5,7 +5,8 @@
 #   test_engine   real Engines as threads over loopback TCP and shared memory: every collective,
 #                 fusion, the response cache and the coordinator's cached lane, process sets,
 #                 join, several submitting threads with the timeline toggled, autotune, mismatches, a rank
-#                 that shuts down or stalls; and (scenario death) rank processes of which one dies;
+#                 that shuts down or stalls, the peer port's admission under a flood; and (scenario
+#                 death) rank processes of which one dies;
 #   test_collectives --quick, test_reduce   the collective algorithms (ranks as threads that read
 #                 each other's buffers in place) and the reduction kernels on their own.
 # Variant asan-python (not run by default: minutes more) also runs the Python tests of the core
@@ -126,7 +127,7 @@ for v in "${variants[@]}"; do
   t=$(now)
   run "$v" "$dir/test_reduce"
   run "$v" "$dir/test_collectives" --quick
-  for scenario in collectives hierarchical cached_lane join process_sets threads failures links autotune device death; do
+  for scenario in collectives hierarchical cached_lane join process_sets threads failures links admission autotune device death; do
     run "$v" "$dir/test_engine" "$scenario"
   done
   echo "$v: tests ran in $(elapsed "$t")"

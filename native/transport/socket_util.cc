@@ -56,7 +56,9 @@ int tcp_listen(const std::string& host, int* port) {
   if (fd < 0) throw TransportError(std::string("socket(): ") + std::strerror(errno));
   int one = 1;
   setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 || listen(fd, 128) != 0) {
+  // A deep queue, so that a flood of other connections fills it less easily: the kernel drops a
+  // peer's connection attempt while the queue is full, and the peer's retry waits a second or more.
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 || listen(fd, 1024) != 0) {
     int e = errno;
     close(fd);
     throw TransportError("cannot listen for peers on " + (host.empty() ? std::string("every interface") : host) + ": " +

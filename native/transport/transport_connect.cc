@@ -8,6 +8,7 @@
 
 #include "transport/channels.h"
 #include "transport/cpu_placement.h"
+#include "transport/peer_admission.h"
 #include "transport/peer_handshake.h"
 #include "transport/single_copy.h"
 #include "transport/socket_util.h"
@@ -52,8 +53,8 @@ void Transport::connect(const std::vector<PeerAddress>& peers, const TransportOp
   try {
     for (int peer = 0; peer < rank_; ++peer)
       for (int ch = 0; ch < channels_for(peer); ++ch)
-        outgoing.push_back(
-            greet_peer(peers[peer].host, peers[peer].port, rank_, peer, ch, opt.connect_timeout_ms, describe(peer)));
+        outgoing.push_back(greet_peer(peers[peer].host, peers[peer].port, rank_, peer, ch, opt.job_token,
+                                      opt.connect_timeout_ms, describe(peer)));
     for (auto& out : outgoing) {
       prove_to_peer(out, rank_, opt.job_token, opt.connect_timeout_ms, describe(out.peer));
       if (out.channel == kLiveness) watch_peer_liveness(out.fd);
@@ -74,16 +75,17 @@ void Transport::connect(const std::vector<PeerAddress>& peers, const TransportOp
     return true;
   };
   auto missing = [&]() {
-    std::string who;
+    std::vector<int> ranks;
     for (int peer = rank_ + 1; peer < size_; ++peer)
       for (int ch = 0; ch < channels_for(peer); ++ch)
         if (slot_of(peer, ch) < 0) {
-          who += (who.empty() ? "" : ", ") + describe(peer);
+          ranks.push_back(peer);
           break;
         }
-    return who.empty() ? std::string("no rank") : who;
+    return ranks;
   };
-  accept_peers(listen_fd_, rank_, size_, kData + 1, opt.job_token, expected, opt.connect_timeout_ms, take, missing);
+  accept_peers(listen_fd_, rank_, size_, kData + 1, opt.job_token, expected, opt.connect_timeout_ms, take, missing,
+               [&](int peer) { return describe(peer); });
   ::close(listen_fd_);
   listen_fd_ = -1;
 

@@ -12,6 +12,7 @@ void scenario_process_sets();   // engine_negotiation.cc
 void scenario_threads(const std::string& timeline_path);  // engine_negotiation.cc
 void scenario_failures();       // engine_failures.cc
 void scenario_links();          // engine_links.cc
+void scenario_admission();      // engine_admission.cc
 void scenario_autotune();       // engine_autotune.cc
 void scenario_device();         // engine_device.cc
 void scenario_death();          // engine_failures.cc: forks rank processes; run it in a process of its own

@@ -42,6 +42,7 @@ int main(int argc, char** argv) {
       {"threads", [&] { hs_test::scenario_threads(timeline); }, 300},
       {"failures", hs_test::scenario_failures, 300},
       {"links", hs_test::scenario_links, 120},
+      {"admission", hs_test::scenario_admission, 180},
       {"autotune", hs_test::scenario_autotune, 300},
       {"device", hs_test::scenario_device, 120},
       {"death", hs_test::scenario_death, 0},

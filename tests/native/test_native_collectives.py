@@ -95,7 +95,7 @@ def test_adasum(binaries):
 
 
 @pytest.mark.parametrize("scenario", ["collectives", "hierarchical", "cached_lane", "join", "process_sets", "threads",
-                                      "failures", "links", "death"])
+                                      "failures", "links", "admission", "death"])
 def test_engine(binaries, scenario, tmp_path):
     """The whole engine, ranks as threads (death: rank processes, one of which dies), exact results."""
     output = _run(binaries["engine"], timeout=300, args=[scenario, "--timeline", str(tmp_path / "timeline.json")])

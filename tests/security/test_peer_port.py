@@ -1,5 +1,7 @@
 """A rank's peer port: silent or hostile connections do not delay hvd.init(), and when the real
 peer never proves itself the error says so (not "timed out waiting for shared memory")."""
+import hashlib
+import hmac
 import json
 import os
 import re
@@ -17,6 +19,8 @@ from horovod_spark.common.kv_server import KVStoreServer
 from horovod_spark.launcher.local_job import rank_environment
 
 pytestmark = pytest.mark.timeout(240)
+
+_GREETING_HEADER = struct.pack(">I", 0x48535033)  # native/transport/peer_wire.h: kMagic
 
 _RANK = """
 import time
@@ -103,9 +107,8 @@ def test_a_peer_that_does_not_prove_itself_is_named_in_the_error(service):
         server.put(scope + ".init.0", "rank.1",
                    json.dumps({"rank": 1, "host": "127.0.0.1", "port": 9, "host_id": "elsewhere"}).encode())
         impostor = socket.create_connection(("127.0.0.1", port))
-        impostor.sendall(struct.pack(">III", 0x48535032, 1, 0) + os.urandom(16))
-        assert len(impostor.recv(48)) == 48
-        impostor.sendall(os.urandom(32))
+        impostor.sendall(_GREETING_HEADER + struct.pack(">II", 1, 0) + os.urandom(16 + 32))
+        assert impostor.recv(48) == b"S"  # refused at once: the greeting's MAC proves no secret
         _, err = rank0.communicate(timeout=120)
     finally:
         if rank0.poll() is None:
@@ -115,3 +118,34 @@ def test_a_peer_that_does_not_prove_itself_is_named_in_the_error(service):
     assert "claimed to be rank 1 but did not prove it belongs to this job" in err, err
     assert "shared memory" not in err
     impostor.close()
+
+
+def test_a_copied_greeting_proves_nothing(service):
+    server, key, scope = service
+    rank0 = _start_rank(0, 2, server, key, scope, {"HOROVOD_START_TIMEOUT": "6"})
+    try:
+        port = _record_of(server, scope, 0)["port"]
+        server.put(scope + ".init.0", "rank.1",
+                   json.dumps({"rank": 1, "host": "127.0.0.1", "port": 9, "host_id": "elsewhere"}).encode())
+        # Rank 1's greeting as an eavesdropper would have copied it off the wire (made here with
+        # the job's token, which the eavesdropper does not have).
+        token = hashlib.sha256(key + (scope + ".init.0").encode()).hexdigest().encode()
+        nonce, ids = os.urandom(16), struct.pack(">II", 1, 0)
+        greeting = _GREETING_HEADER + ids + nonce + hmac.new(token, b"hello" + nonce + ids, hashlib.sha256).digest()
+        first = socket.create_connection(("127.0.0.1", port))
+        first.sendall(greeting)
+        assert len(first.recv(48)) == 48  # challenged: the greeting proves the secret once
+        second = socket.create_connection(("127.0.0.1", port))
+        second.sendall(greeting)
+        assert second.recv(48) == b"D"  # the same nonce again: a replay
+        first.sendall(os.urandom(32))  # the copier cannot answer the challenge
+        _, err = rank0.communicate(timeout=120)
+    finally:
+        if rank0.poll() is None:
+            rank0.kill()
+    assert rank0.returncode != 0
+    assert "a greeting as rank 1 proved the job's secret, but its handshake did not complete" in err, err
+    assert "1 repeated a greeting already used (a replay)" in err, err
+    assert "1 repeated rank 1's greeting but did not answer the challenge" in err, err
+    first.close()
+    second.close()
