@@ -40,6 +40,8 @@ EXTRAS_REQUIRE = {
     "store": ["fsspec>=2024.2"],
     # horovod_spark.lightning: the unified `lightning` package (lightning.pytorch), not pytorch-lightning.
     "lightning": ["lightning>=2.4,<2.7", "torch>=2.13"],
+    # Tracking of estimator fits (docs/mlflow.md); a Databricks ML runtime already has MLflow.
+    "mlflow": ["mlflow>=3.0"],
 }
 sources = sorted(glob.glob("native/**/*.cc", recursive=True))
 

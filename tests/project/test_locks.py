@@ -38,7 +38,12 @@ def _locked(path):
     return pins
 
 
-def _setup_ranges():
+# Extras the older stack's lock leaves out: MLflow is locked (and tracking of fits tested) on the
+# main stack only.
+EXTRAS_NOT_ON_LEGACY_STACK = ("mlflow",)
+
+
+def _setup_ranges(leave_out=()):
     tree = ast.parse(open(os.path.join(ROOT, "setup.py")).read())
     found = {}
     for node in tree.body:
@@ -46,8 +51,9 @@ def _setup_ranges():
             if node.targets[0].id in ("INSTALL_REQUIRES", "EXTRAS_REQUIRE"):
                 found[node.targets[0].id] = ast.literal_eval(node.value)
     reqs = [Requirement(r) for r in found["INSTALL_REQUIRES"]]
-    for extra in found["EXTRAS_REQUIRE"].values():
-        reqs.extend(Requirement(r) for r in extra)
+    for name, extra in found["EXTRAS_REQUIRE"].items():
+        if name not in leave_out:
+            reqs.extend(Requirement(r) for r in extra)
     return reqs
 
 
@@ -69,7 +75,8 @@ def test_lock_pins_everything_and_satisfies_its_ranges(ranges, lock):
 
 @pytest.mark.parametrize("lock", [lock for _, lock in STACKS])
 def test_lock_satisfies_setup_py(lock):
-    _check(_setup_ranges(), _locked(lock), "setup.py")
+    leave_out = EXTRAS_NOT_ON_LEGACY_STACK if lock == "requirements-legacy.lock" else ()
+    _check(_setup_ranges(leave_out), _locked(lock), "setup.py")
 
 
 def test_lock_is_what_this_environment_runs():

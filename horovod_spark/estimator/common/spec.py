@@ -43,6 +43,7 @@ class TrainSpec:
     train_reader_options: dict = field(default_factory=dict)   # the data module's own reader options
     val_reader_options: dict = field(default_factory=dict)
     mp_start_method: Optional[str] = None   # multiprocessing's start method on the ranks
+    progress_events: bool = False      # rank 0 reports epochs even at verbose=0 (the driver tracks them)
 
     @property
     def columns(self) -> List[str]:
