@@ -9,8 +9,8 @@ per epoch, and the fitted TorchModel's transform() labels the test rows (accurac
 With --mlflow-tracking-uri the fit runs inside an MLflow run, which gets its Params, per-epoch
 metrics and the fitted model (docs/mlflow.md).
 """
-import contextlib
 import argparse
+import contextlib
 import os
 import sys
 import tempfile
