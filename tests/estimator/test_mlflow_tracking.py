@@ -10,7 +10,7 @@ import time
 import cloudpickle
 import numpy as np
 import pytest
-from support.mlflow_server import mlflow_server
+from support.mlflow_server import MlflowServer
 
 mlflow = pytest.importorskip("mlflow")
 torch = pytest.importorskip("torch")
@@ -31,14 +31,24 @@ COMMON = dict(num_proc=2, feature_cols=["features"], label_cols=["label"], valid
 
 
 @pytest.fixture(scope="module")
-def tracking_uri(tmp_path_factory):
-    with mlflow_server(str(tmp_path_factory.mktemp("mlflow"))) as uri:
-        previous = mlflow.get_tracking_uri()
-        mlflow.set_tracking_uri(uri)
-        try:
-            yield uri
-        finally:
-            mlflow.set_tracking_uri(previous)
+def server(tmp_path_factory):
+    """The tracking server, started before the SparkSession so that both start up together."""
+    server = MlflowServer(str(tmp_path_factory.mktemp("mlflow")))
+    try:
+        yield server.start()
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def tracking_uri(server, spark):
+    uri = server.wait()
+    previous = mlflow.get_tracking_uri()
+    mlflow.set_tracking_uri(uri)
+    try:
+        yield uri
+    finally:
+        mlflow.set_tracking_uri(previous)
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +95,7 @@ def _lightning_estimator(store, run_id, tracking_uri):
 
 
 @pytest.fixture(scope="module", params=["torch", "keras", "lightning"])
-def tracked(request, tracking_uri, frame, store):
+def tracked(request, server, frame, store, tracking_uri):
     """(framework, MLflow run id, our run_id, fitted model): one fit inside an active MLflow run."""
     framework = request.param
     run_id = "tracked-%s" % framework
@@ -93,6 +103,8 @@ def tracked(request, tracking_uri, frame, store):
            "lightning": lambda: _lightning_estimator(store, run_id, tracking_uri)}[framework]()
     with mlflow.start_run(run_name="user-run-%s" % framework) as run:
         model = est.fit(frame)
+        if framework == "torch":   # a second fit in the same run: a nested run of its own
+            _torch_estimator(store, "tracked-torch-again", epochs=1).fit(frame)
     return framework, run.info.run_id, run_id, model
 
 
@@ -116,7 +128,10 @@ def test_a_fit_in_an_active_run_logs_params_epoch_metrics_and_tags(tracked):
     for name in expected:
         logged = client.get_metric_history(mlflow_run_id, name)
         assert sorted(m.step for m in logged) == list(range(EPOCHS)), name
-        assert np.allclose([m.value for m in sorted(logged, key=lambda m: m.step)], history[name])
+        logged = sorted(logged, key=lambda m: m.step)
+        assert np.allclose([m.value for m in logged], history[name])
+        # Logged as each epoch reached the driver, not all at once when the fit returned.
+        assert logged[0].timestamp < logged[1].timestamp, name
     if framework == "lightning":
         # The user's own MLFlowLogger logged from rank 0 into a run of its own.
         experiment = client.get_experiment_by_name("lightning-own-logger")
@@ -138,13 +153,29 @@ def test_the_logged_model_predicts_what_transform_appends(tracked, frame):
         assert np.allclose(np.stack(predicted["probability"]), np.stack([v.toArray() for v in expected["probability"]]))
 
 
+def test_a_second_fit_in_the_same_run_logs_into_a_nested_run(tracked):
+    framework, mlflow_run_id, *_ = tracked
+    if framework != "torch":
+        pytest.skip("one framework is enough: the run handling is shared")
+    client = MlflowClient()
+    parent = client.get_run(mlflow_run_id)
+    children = client.search_runs([parent.info.experiment_id],
+                                  filter_string="tags.mlflow.parentRunId = '%s'" % mlflow_run_id)
+    assert [c.info.run_name for c in children] == ["tracked-torch-again"]
+    child = children[0]
+    assert child.info.status == "FINISHED"
+    assert child.data.params["epochs"] == "1" and parent.data.params["epochs"] == str(EPOCHS)
+    assert child.data.tags["horovod_spark.run_id"] == "tracked-torch-again"
+    assert [m.step for m in client.get_metric_history(child.info.run_id, "loss")] == [0]
+
+
 def _closed_port_uri():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return "http://127.0.0.1:%d" % s.getsockname()[1]
 
 
-def test_no_run_no_tracking_and_an_unreachable_server_costs_one_warning(tracking_uri, frame, store, caplog):
+def test_no_run_no_tracking_and_an_unreachable_server_costs_one_warning(server, frame, store, tracking_uri, caplog):
     client = MlflowClient()
     before = {r.info.run_id for r in client.search_runs([e.experiment_id for e in client.search_experiments()])}
     started = time.monotonic()

@@ -50,16 +50,7 @@ class FitTracking:
             return
         self.active = True
         self._tracking_uri = mlflow.get_tracking_uri()
-        if active is None:
-            self._own_run = True
-            return
-        with _runs_lock:
-            nested = active.info.run_id in _runs_with_a_fit
-            _runs_with_a_fit.add(active.info.run_id)
-        if nested:
-            self._own_run, self._parent_run_id = True, active.info.run_id
-        else:
-            self._into_run_id = active.info.run_id
+        self._active_run_id = active.info.run_id if active is not None else None
 
     # -- the fit's calls ----------------------------------------------------------------------------
     def begin(self, run_id: str, cfg, num_proc: int) -> None:
@@ -67,6 +58,16 @@ class FitTracking:
         background) and log the Params and tags."""
         if not self.active:
             return
+        if self._active_run_id is None:
+            self._own_run = True
+        else:
+            with _runs_lock:
+                nested = self._active_run_id in _runs_with_a_fit
+                _runs_with_a_fit.add(self._active_run_id)
+            if nested:
+                self._own_run, self._parent_run_id = True, self._active_run_id
+            else:
+                self._into_run_id = self._active_run_id
         self._worker = TrackingWorker(self._tracking_uri)
         params = {param.name: logged_value(value) for param, value in self.est.extractParamMap().items()}
         tags = {"horovod_spark.run_id": run_id, "horovod_spark.store": str(cfg.store.prefix_path),
