@@ -94,17 +94,21 @@ class FitTracking:
         worker = self._worker
         history = model.getHistory() or {}
         worker.submit("log the metrics", lambda: worker.history_metrics(history))
+        if not worker.stopped:
+            self._submit_model(worker, model)
+        if self._own_run:
+            worker.submit("end the run", lambda: worker.end_run("FINISHED"))
+        worker.close(FINISH_SECONDS)
+
+    def _submit_model(self, worker, model) -> None:
         from .mlflow_pyfunc import save_for_pyfunc
         try:
             files = save_for_pyfunc(model)
         except Exception as exc:  # the model is the user's; a failure to save it must not fail the fit
             LOG.warning("MLflow tracking: the fitted model could not be saved for MLflow (%s); the run has "
                         "its Params and metrics but no model", exc)
-        else:
-            worker.submit("log the model", lambda: worker.log_model(files, self.est.framework))
-        if self._own_run:
-            worker.submit("end the run", lambda: worker.end_run("FINISHED"))
-        worker.close(FINISH_SECONDS)
+            return
+        worker.submit("log the model", lambda: worker.log_model(files, self.est.framework), skipped=files.cleanup)
 
     def failed(self) -> None:
         """The fit raised: end a run of our own as FAILED (within FINISH_SECONDS)."""
@@ -137,14 +141,15 @@ class TrackingWorker:
         self.run_id: Optional[str] = None
         self.into_existing_run = False
         self._queue: "queue.Queue" = queue.Queue()
-        self._stopped = False     # the server is unreachable or the run could not be opened
+        self.stopped = False     # the server is unreachable or the run could not be opened
         self._epochs_logged: Set[int] = set()
         self._epochs_lock = threading.Lock()
         self._thread = threading.Thread(target=self._work, name="horovod_spark-mlflow", daemon=True)
         self._thread.start()
 
-    def submit(self, what: str, call: Callable[[], None]) -> None:
-        self._queue.put((what, call))
+    def submit(self, what: str, call: Callable[[], None], skipped: Optional[Callable[[], None]] = None) -> None:
+        """Queue ``call``; ``skipped`` runs instead when the worker has stopped by then."""
+        self._queue.put((what, call, skipped))
 
     def close(self, timeout: float) -> None:
         """No more calls; wait at most ``timeout`` seconds for those queued."""
@@ -160,22 +165,23 @@ class TrackingWorker:
             item = self._queue.get()
             if item is None:
                 return
-            what, call = item
-            if self._stopped:
-                continue
+            what, call, skipped = item
             try:
-                call()
+                if not self.stopped:
+                    call()
+                elif skipped is not None:
+                    skipped()
             except Exception as exc:
                 if self.run_id is None:
-                    self._stopped = True
+                    self.stopped = True
                 LOG.warning("MLflow tracking: could not %s at %s: %s%s", what, self.tracking_uri, exc,
-                            "; nothing more of this fit is logged" if self._stopped else "")
+                            "; nothing more of this fit is logged" if self.stopped else "")
 
     # -- the calls, on the worker's thread ----------------------------------------------------------
     def open_run(self, into_run_id, own_run: bool, run_name: str, parent_run_id) -> None:
         unreachable = probe(self.tracking_uri)
         if unreachable:
-            self._stopped = True
+            self.stopped = True
             LOG.warning("MLflow tracking: the tracking server at %s cannot be reached (%s); this fit goes on "
                         "without tracking", self.tracking_uri, unreachable)
             return
