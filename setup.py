@@ -42,6 +42,8 @@ EXTRAS_REQUIRE = {
     "lightning": ["lightning>=2.4,<2.7", "torch>=2.13"],
     # TensorBoard event files of fits in the store's runs/<run_id>/logs (fits run without it).
     "tensorboard": ["tensorboard>=2.14"],
+    # Tracking of estimator fits (docs/mlflow.md); a Databricks ML runtime already has MLflow.
+    "mlflow": ["mlflow>=3.0"],
 }
 sources = sorted(glob.glob("native/**/*.cc", recursive=True))
 

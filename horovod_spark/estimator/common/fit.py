@@ -20,6 +20,7 @@ from . import fitted_model, run_ranks
 from .checkpoint import CheckpointStore
 from .checks import check_common
 from .elastic_fit import resolve_sizes, run_elastic_fit
+from .mlflow_tracking import FitTracking
 from .progress_driver import ProgressPrinter
 from .spec import TrainSpec
 
@@ -39,6 +40,20 @@ def new_run_id() -> str:
 
 
 def run_fit(est, source):
+    """The fitted Model of ``est`` on ``source``, the fit tracked in MLflow as ``mlflow_tracking`` says
+    (mlflow_tracking.py)."""
+    # Before any Spark job: mlflow_tracking=True without MLflow installed is refused here.
+    tracking = FitTracking(est)
+    try:
+        model = _fit(est, source, tracking)
+    except BaseException:
+        tracking.failed()
+        raise
+    tracking.finished(model)
+    return model
+
+
+def _fit(est, source, tracking):
     cfg = check_common(est)
     # Before any Spark job: an unusable store would otherwise fail only once data preparation ran.
     cfg.store.check_access()
@@ -84,6 +99,7 @@ def run_fit(est, source):
     seed = record["seed"] if record else cfg.random_seed if cfg.random_seed is not None else random.randrange(2 ** 31)
     split_seed = cfg.random_seed if cfg.random_seed is not None else DEFAULT_SPLIT_SEED
 
+    tracking.begin(run_id, cfg, num_proc)
     log(1, "preparing data in %s" % cfg.store.prefix_path)
     data = source.prepare(cfg, num_proc, split_seed)
     log(1, "%s data %s: %d training rows, %d validation rows"
@@ -110,12 +126,13 @@ def run_fit(est, source):
         verbose=cfg.verbose, payload=plan.payload, inmemory_cache_all=cfg.inmemory_cache_all,
         nonfinite_loss=cfg.nonfinite_loss, train_reader_options=cfg.train_reader_options,
         val_reader_options=cfg.val_reader_options, mp_start_method=cfg.mp_start_method, gpu_notice=cfg.gpu_notice,
-        elastic=cfg.elastic is not None)
+        elastic=cfg.elastic is not None, progress_events=tracking.active and runner.on_spark)
 
     log(1, "run %s: training %d epoch(s) on %d rank(s)%s%s" % (
         run_id, cfg.epochs, num_proc, ", resuming after epoch %d" % start_epoch if start_epoch else "",
         " (elastic: min_num_proc=%d, max_num_proc=%d)" % resolve_sizes(cfg.elastic, num_proc) if cfg.elastic else ""))
     printer = ProgressPrinter(cfg.verbose, out=out)
+    tracking.listen(printer)
     try:
         if cfg.elastic is not None:
             results = run_elastic_fit(est._remote_trainer(), spec, cfg.elastic, num_proc, rank_env, printer,

@@ -75,6 +75,13 @@ class HorovodModel(Model, ModelParams, MLReadable, MLWritable):
     def set_model_bytes(self, data: bytes) -> None:
         self._set(model=self.deserialize(data))
 
+    def predict_columns(self, columns):
+        """The model's outputs (numpy arrays, rows first, one per output) for feature arrays (one per
+        feature column, rows first), computed in this process as transform() computes them in Spark's
+        workers: same input shapes, same framework predictor."""
+        from .shapes import model_inputs
+        return type(self)._predictor(self.getModel(), model_inputs(columns, self._input_shapes()))
+
     def json_params(self):
         return {p.name: v for p, v in self._paramMap.items() if p.name not in _NON_JSON_PARAMS}
 

@@ -9,6 +9,7 @@ from pyspark.ml.param import TypeConverters
 
 from . import converters as conv
 from .declared_params import KeywordParams, declare_param
+from .mlflow_settings import tracking_mode
 
 
 class ColumnParams(KeywordParams):
@@ -131,6 +132,12 @@ class EstimatorParams(ColumnParams):
                                  conv.to_optional_int)
     max_num_proc = declare_param("max_num_proc", "elastic fits: the most ranks the fit grows back to when Spark reruns "
                                  "a lost task (default num_proc)", conv.to_optional_int)
+
+    mlflow_tracking = declare_param("mlflow_tracking", "log the fit to MLflow from the driver (Params, per-epoch "
+                                    "metrics, tags, the model as a pyfunc model; docs/mlflow.md): 'auto' when an "
+                                    "MLflow run is active, True/'on' always (in a run of its own when none is "
+                                    "active; needs MLflow installed), False/'off' never", tracking_mode,
+                                    default="auto")
 
 
 class ModelParams(ColumnParams):

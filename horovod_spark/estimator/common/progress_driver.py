@@ -33,6 +33,8 @@ class ProgressPrinter(LineSink):
         self.steps = 0
         self.epoch_logs: List[Dict] = []   # every epoch_end event seen, for callers and tests
         self.steps_seen = 0
+        # functions(epoch, logs) called with each epoch's metrics (MLflow tracking); they must not block
+        self.epoch_listeners: List = []
 
     # -- the file-like face the runner writes to (LineSink's write and close) ---------------------
     def flush(self) -> None:
@@ -67,6 +69,8 @@ class ProgressPrinter(LineSink):
 
     def _on_epoch_end(self, epoch, logs, seconds):
         self.epoch_logs.append({"epoch": epoch, "logs": logs, "seconds": seconds})
+        for listener in self.epoch_listeners:
+            listener(epoch, logs)
         self._close_bar()
         if self.verbose:
             self._print(format_epoch(epoch, self.epochs, logs, seconds))

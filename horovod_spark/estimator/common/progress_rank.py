@@ -58,7 +58,7 @@ class ProgressReporter:
 def rank_reporter(spec, rank: int) -> ProgressReporter:
     """Rank 0's reporter of a fit (a silent one on other ranks): to stdout, which ``run`` streams to
     the driver, or, in an elastic fit, to the driver's progress service (elastic_progress.py)."""
-    enabled = rank == 0 and spec.verbose > 0
+    enabled = rank == 0 and (spec.verbose > 0 or spec.progress_events)
     out = None
     if enabled and spec.elastic:
         from .elastic_progress import RemoteLines

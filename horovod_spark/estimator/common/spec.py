@@ -46,6 +46,7 @@ class TrainSpec:
     # Whether rank 0 says use_gpu=True found no GPU (rank_device.py): not at verbose=0 when use_gpu
     # is only the default, which a CPU cluster's user never chose.
     gpu_notice: bool = True
+    progress_events: bool = False      # rank 0 reports epochs even at verbose=0 (the driver tracks them)
 
     @property
     def columns(self) -> List[str]:
