@@ -53,14 +53,17 @@ if [[ $skip_legacy == off ]]; then
   set +m
 fi
 bash scripts/lint.sh
-python -m pytest -q --durations=15 tests "$@"
 status=0
+python -m pytest -q --durations=15 tests "$@" || status=$?
+# Whatever the main pass gave, the older stack's pass ends and its output is shown.
 if [[ $skip_legacy == on ]]; then
   echo "HOROVOD_SPARK_SKIP_LEGACY=$HOROVOD_SPARK_SKIP_LEGACY: the older-stack (legacy_stack) tests were not run"
 else
-  wait "$legacy_pid" || status=$?
+  legacy_status=0
+  wait "$legacy_pid" || legacy_status=$?
   legacy_pid=""
   cat "$legacy_log"
+  if [[ $status -eq 0 ]]; then status=$legacy_status; fi
 fi
 if [[ $status -eq 0 && $skip_sanitizers == off && $# -eq 0 ]]; then
   echo "== the native core under ASan+UBSan and TSan (scripts/run_sanitizers.sh)"

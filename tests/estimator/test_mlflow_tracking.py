@@ -153,6 +153,29 @@ def test_the_logged_model_predicts_what_transform_appends(tracked, frame):
         assert np.allclose(np.stack(predicted["probability"]), np.stack([v.toArray() for v in expected["probability"]]))
 
 
+def test_the_model_logs_without_mlflow_warnings_about_our_wrapper(tracked, tracking_uri, caplog):
+    """MLflow warns about a PythonModel without type hints (at class creation, once per process) and
+    about a signature it cannot infer (when logging): neither is the user's doing, so neither shows."""
+    framework, _, _, model = tracked
+    if framework != "torch":
+        pytest.skip("one framework is enough: the wrapper is shared")
+    import subprocess
+    out = subprocess.run([sys.executable, "-W", "always", "-c",
+                          "import horovod_spark.estimator.common.mlflow_pyfunc"], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "type hint" not in out.stderr.lower(), out.stderr
+    from horovod_spark.estimator.common import mlflow_pyfunc
+    saved = mlflow_pyfunc.save_for_pyfunc(model)
+    try:
+        with caplog.at_level(logging.INFO), mlflow.start_run(run_name="wrapper-only") as run:
+            mlflow_pyfunc.log_pyfunc(run.info.run_id, saved, framework)
+    finally:
+        saved.cleanup()
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
+    assert mlflow.pyfunc.load_model("runs:/%s/model" % run.info.run_id) is not None
+
+
 def test_a_second_fit_in_the_same_run_logs_into_a_nested_run(tracked):
     framework, mlflow_run_id, *_ = tracked
     if framework != "torch":

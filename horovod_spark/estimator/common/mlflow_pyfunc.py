@@ -7,6 +7,7 @@ transform() runs in Spark's workers: loading it needs horovod_spark and the fram
 ``unwrap_python_model().horovod_model`` is the fitted TorchModel / KerasModel / LightningModel
 itself, whose ``transform`` works where a SparkSession is active.
 """
+import logging
 import os
 import shutil
 import tempfile
@@ -14,6 +15,7 @@ from importlib import metadata
 
 import mlflow
 import mlflow.pyfunc
+import pandas as pd
 
 from .local_predict import load_stage, predict_pandas, save_stage
 
@@ -27,15 +29,23 @@ _ALWAYS = ("mlflow", "pyspark", "pandas", "numpy", "cloudpickle", "pyarrow")
 
 
 class HorovodSparkPyfunc(mlflow.pyfunc.PythonModel):
-    """The pyfunc wrapper around a fitted horovod_spark model. Its predict has no type hints: it takes
-    any DataFrame with the feature columns (Spark ML vectors, arrays, scalars), which MLflow's
-    hint-based signatures cannot describe (MLflow says so once, with a UserWarning, at import)."""
+    """The pyfunc wrapper around a fitted horovod_spark model. predict takes any DataFrame with the
+    feature columns (Spark ML vectors, arrays, scalars) and returns one: MLflow accepts DataFrame
+    hints as they are, without a signature (no hints at all would make it warn at import)."""
 
     def load_context(self, context):
         self.horovod_model = load_stage(context.artifacts[ARTIFACT])
 
-    def predict(self, context, model_input, params=None):
+    def predict(self, context, model_input: pd.DataFrame, params=None) -> pd.DataFrame:
         return predict_pandas(self.horovod_model, model_input)
+
+
+class _NoSignatureNotice(logging.Filter):
+    """Drops MLflow's notice that a DataFrame hint gives no signature: the model has none by design
+    (see HorovodSparkPyfunc), so the notice would be a warning the user did nothing to cause."""
+
+    def filter(self, record):
+        return "Failed to infer model signature" not in record.getMessage()
 
 
 class SavedStage:
@@ -60,9 +70,15 @@ def save_for_pyfunc(model) -> SavedStage:
 
 def log_pyfunc(run_id: str, saved: SavedStage, framework: str):
     """Log ``saved`` as the pyfunc model ``model`` of the MLflow run ``run_id``; its ModelInfo."""
-    return mlflow.models.Model.log(artifact_path=None, name=MODEL_NAME, flavor=mlflow.pyfunc, run_id=run_id,
-                                   python_model=MODEL_CODE, artifacts={ARTIFACT: saved.directory},
-                                   pip_requirements=requirements(framework))
+    notice = _NoSignatureNotice()
+    pyfunc_logger = logging.getLogger("mlflow.pyfunc")
+    pyfunc_logger.addFilter(notice)
+    try:
+        return mlflow.models.Model.log(artifact_path=None, name=MODEL_NAME, flavor=mlflow.pyfunc, run_id=run_id,
+                                       python_model=MODEL_CODE, artifacts={ARTIFACT: saved.directory},
+                                       pip_requirements=requirements(framework))
+    finally:
+        pyfunc_logger.removeFilter(notice)
 
 
 def requirements(framework: str):
