@@ -6,9 +6,9 @@ nothing at all (a single rank, like Horovod started without a launcher).
 """
 import hashlib
 import json
+import logging
 import os
 import socket
-import sys
 import time
 from dataclasses import dataclass, field, replace
 from typing import List, Optional
@@ -16,6 +16,8 @@ from typing import List, Optional
 from horovod_spark.common import config
 from horovod_spark.common.kv_client import KVClient
 from horovod_spark.exceptions import ConfigError
+
+_log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -166,9 +168,10 @@ def _wait_for_ranks(client, scope: str, run_scope: str, ident: Identity, timeout
                                    "raises the limit." % (timeout, ident.size, missing, exc)) from None
             if now >= next_note:
                 next_note = now + _WAIT_NOTE_S
-                sys.stderr.write("[horovod_spark] hvd.init() on rank %d: still waiting for ranks %s after %.0f s "
-                                 "(of HOROVOD_START_TIMEOUT=%.0f s)\n" % (ident.rank, missing, now - start, timeout))
-                sys.stderr.flush()
+                # A warning: with no logging set up in the rank, Python's last-resort handler prints
+                # it to the rank's stderr, which the launcher relays to the driver.
+                _log.warning("[horovod_spark] hvd.init() on rank %d: still waiting for ranks %s after %.0f s "
+                             "(of HOROVOD_START_TIMEOUT=%.0f s)", ident.rank, missing, now - start, timeout)
 
 
 def exchange_records(ident: Identity, mine: PeerRecord, generation: int, timeout: float,
