@@ -737,8 +737,9 @@ def system_lines(results, systems, nranks, commands, missing):
             continue
         lib = [r["library"] for r in results if r.get("kind") == "library" and r["system"] == system
                and r["np"] == nranks]
-        cpus = sorted((r["rank"], r["cpus"]) for r in results if r.get("kind") == "affinity"
-                      and r["system"] == system and r["np"] == nranks)
+        # Every round reports its ranks' CPUs; repeated rounds bind alike, so each binding shows once.
+        cpus = sorted({(r["rank"], tuple(r["cpus"])) for r in results if r.get("kind") == "affinity"
+                       and r["system"] == system and r["np"] == nranks})
         out.append("- %s: %s; ranks' CPUs %s; `%s`" % (
             LABELS[system], " ".join(lib[0].split(",")[0].split()) if lib else "?",
             ", ".join("%d: %s" % (rank, ",".join(map(str, c))) for rank, c in cpus) or "?",
