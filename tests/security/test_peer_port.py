@@ -2,70 +2,31 @@
 peer never proves itself the error says so (not "timed out waiting for shared memory")."""
 import hashlib
 import hmac
-import json
 import os
 import re
 import socket
 import struct
-import subprocess
-import sys
 import time
-import uuid
 
 import pytest
-
-from horovod_spark.common import wire
-from horovod_spark.common.kv_server import KVStoreServer
-from horovod_spark.launcher.local_job import rank_environment
+from support.peer_port import kv_service, pose_as_remote_rank1, record_of, start_rank
 
 pytestmark = pytest.mark.timeout(240)
 
 _GREETING_HEADER = struct.pack(">I", 0x48535033)  # native/transport/peer_wire.h: kMagic
 
-_RANK = """
-import time
-import torch
-import horovod_spark.torch as hvd
-t0 = time.monotonic()
-hvd.init()
-took = time.monotonic() - t0
-total = hvd.allreduce(torch.tensor([float(hvd.rank() + 1)]), op=hvd.Sum)
-print("INIT %.3f SUM %g" % (took, total.item()), flush=True)
-hvd.shutdown()
-"""
-
-
-def _start_rank(rank, size, server, key, scope, extra=None):
-    env = rank_environment(rank, size, server.port, key, scope, dict(os.environ, **(extra or {})))
-    env["HOROVOD_SPARK_TLS"] = "0"
-    return subprocess.Popen([sys.executable, "-c", _RANK], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-
-
-def _record_of(server, scope, rank, within=60.0):
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        value = server.get_nowait(scope + ".init.0", "rank.%d" % rank)
-        if value is not None:
-            return json.loads(value)
-        time.sleep(0.05)
-    raise AssertionError("rank %d never published its address" % rank)
-
 
 @pytest.fixture
 def service():
-    key = wire.make_secret()
-    server = KVStoreServer(key, host="127.0.0.1", tls=None)
-    server.start()
-    yield server, key, "peer-" + uuid.uuid4().hex[:8]
-    server.stop()
+    with kv_service("peer") as job:
+        yield job
 
 
 def test_silent_and_hostile_peer_connections_do_not_delay_init(service):
     server, key, scope = service
-    rank0 = _start_rank(0, 2, server, key, scope)
+    rank0 = start_rank(0, 2, server, key, scope)
     try:
-        port = _record_of(server, scope, 0)["port"]
+        port = record_of(server, scope, 0)["port"]
         # Queued on rank 0's peer port before the real peer: silent ones, one that greets and
         # never proves, one with a wrong proof, one announcing a huge frame.
         hostile = [socket.create_connection(("127.0.0.1", port)) for _ in range(8)]
@@ -74,7 +35,7 @@ def test_silent_and_hostile_peer_connections_do_not_delay_init(service):
         hostile[1].sendall(greeting)
         hostile[2].sendall(struct.pack(">I", 64 << 20) + os.urandom(60))
         t0 = time.monotonic()
-        rank1 = _start_rank(1, 2, server, key, scope)
+        rank1 = start_rank(1, 2, server, key, scope)
         try:  # rank 0 answers greetings once both ranks met at the rendezvous
             hostile[1].settimeout(60)
             if len(hostile[1].recv(48)) == 48:
@@ -100,12 +61,11 @@ def test_silent_and_hostile_peer_connections_do_not_delay_init(service):
 
 def test_a_peer_that_does_not_prove_itself_is_named_in_the_error(service):
     server, key, scope = service
-    rank0 = _start_rank(0, 2, server, key, scope, {"HOROVOD_START_TIMEOUT": "5"})
+    rank0 = start_rank(0, 2, server, key, scope, {"HOROVOD_START_TIMEOUT": "5"})
     try:
-        port = _record_of(server, scope, 0)["port"]
+        port = record_of(server, scope, 0)["port"]
         # We pose as rank 1 on another host (so TCP, three channels) without the job's secret.
-        server.put(scope + ".init.0", "rank.1",
-                   json.dumps({"rank": 1, "host": "127.0.0.1", "port": 9, "host_id": "elsewhere"}).encode())
+        pose_as_remote_rank1(server, scope)
         impostor = socket.create_connection(("127.0.0.1", port))
         impostor.sendall(_GREETING_HEADER + struct.pack(">II", 1, 0) + os.urandom(16 + 32))
         assert impostor.recv(48) == b"S"  # refused at once: the greeting's MAC proves no secret
@@ -122,11 +82,10 @@ def test_a_peer_that_does_not_prove_itself_is_named_in_the_error(service):
 
 def test_a_copied_greeting_proves_nothing(service):
     server, key, scope = service
-    rank0 = _start_rank(0, 2, server, key, scope, {"HOROVOD_START_TIMEOUT": "6"})
+    rank0 = start_rank(0, 2, server, key, scope, {"HOROVOD_START_TIMEOUT": "6"})
     try:
-        port = _record_of(server, scope, 0)["port"]
-        server.put(scope + ".init.0", "rank.1",
-                   json.dumps({"rank": 1, "host": "127.0.0.1", "port": 9, "host_id": "elsewhere"}).encode())
+        port = record_of(server, scope, 0)["port"]
+        pose_as_remote_rank1(server, scope)
         # Rank 1's greeting as an eavesdropper would have copied it off the wire (made here with
         # the job's token, which the eavesdropper does not have).
         token = hashlib.sha256(key + (scope + ".init.0").encode()).hexdigest().encode()

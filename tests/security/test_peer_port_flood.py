@@ -2,35 +2,17 @@
 send the start of a greeting and stall, plus a stream of new silent ones, all from 127.0.0.1 like
 the real peer. When the real peer never comes, the error names the flood and the missing rank."""
 import collections
-import json
 import os
 import socket
 import struct
-import subprocess
-import sys
 import threading
 import time
-import uuid
 
 import pytest
-
-from horovod_spark.common import wire
-from horovod_spark.common.kv_server import KVStoreServer
-from horovod_spark.launcher.local_job import rank_environment
+from support.peer_port import kv_service, pose_as_remote_rank1, record_of, start_rank
 
 pytestmark = pytest.mark.timeout(300)
 
-_RANK = """
-import time
-import torch
-import horovod_spark.torch as hvd
-t0 = time.monotonic()
-hvd.init()
-took = time.monotonic() - t0
-total = hvd.allreduce(torch.tensor([float(hvd.rank() + 1)]), op=hvd.Sum)
-print("INIT %.3f SUM %g" % (took, total.item()), flush=True)
-hvd.shutdown()
-"""
 
 # What once broke hvd.init(): a well-formed greeting claiming rank 1 (the header of the peer
 # handshake before greetings carried a MAC), then silence.
@@ -84,45 +66,25 @@ class _Flood:
             s.close()
 
 
-def _start_rank(rank, size, server, key, scope, extra):
-    env = rank_environment(rank, size, server.port, key, scope, dict(os.environ, **extra))
-    env["HOROVOD_SPARK_TLS"] = "0"
-    return subprocess.Popen([sys.executable, "-c", _RANK], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-
-
-def _record_of(server, scope, rank, within=60.0):
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        value = server.get_nowait(scope + ".init.0", "rank.%d" % rank)
-        if value is not None:
-            return json.loads(value)
-        time.sleep(0.05)
-    raise AssertionError("rank %d never published its address" % rank)
-
-
 @pytest.fixture
 def service():
-    key = wire.make_secret()
-    server = KVStoreServer(key, host="127.0.0.1", tls=None)
-    server.start()
-    yield server, key, "flood-" + uuid.uuid4().hex[:8]
-    server.stop()
+    with kv_service("flood") as job:
+        yield job
 
 
 def test_init_succeeds_while_the_peer_port_is_flooded(service):
     server, key, scope = service
     # No shared memory: rank 1 must get all three of its TCP channels through the flood.
     extra = {"HOROVOD_SHM_DISABLE": "1", "HOROVOD_START_TIMEOUT": "120"}
-    rank0 = _start_rank(0, 2, server, key, scope, extra)
+    rank0 = start_rank(0, 2, server, key, scope, extra)
     rank1 = None
     try:
-        port = _record_of(server, scope, 0)["port"]
+        port = record_of(server, scope, 0)["port"]
         with _Flood(port) as flood:
             while flood.opened < 300:  # the stalled greetings and a stream of silent ones are in
                 time.sleep(0.05)
             t0 = time.monotonic()
-            rank1 = _start_rank(1, 2, server, key, scope, extra)
+            rank1 = start_rank(1, 2, server, key, scope, extra)
             out1, err1 = rank1.communicate(timeout=240)
             out0, err0 = rank0.communicate(timeout=60)
             elapsed = time.monotonic() - t0
@@ -138,12 +100,11 @@ def test_init_succeeds_while_the_peer_port_is_flooded(service):
 
 def test_a_flood_and_a_missing_peer_are_named_in_the_error(service):
     server, key, scope = service
-    rank0 = _start_rank(0, 2, server, key, scope, {"HOROVOD_START_TIMEOUT": "8"})
+    rank0 = start_rank(0, 2, server, key, scope, {"HOROVOD_START_TIMEOUT": "8"})
     try:
-        port = _record_of(server, scope, 0)["port"]
+        port = record_of(server, scope, 0)["port"]
         # Rank 1 says it is on another host (so three TCP channels) and never connects.
-        server.put(scope + ".init.0", "rank.1",
-                   json.dumps({"rank": 1, "host": "127.0.0.1", "port": 9, "host_id": "elsewhere"}).encode())
+        pose_as_remote_rank1(server, scope)
         with _Flood(port) as flood:
             _, err = rank0.communicate(timeout=120)
     finally:
