@@ -33,8 +33,8 @@ def train(spec):
     import horovod_spark.keras as hvd
     hvd.init()
     try:
-        notice = spec.use_gpu and spec.gpu_notice
-        trainer = _KerasTrainer(spec, hvd, (without_gpu, rank_device.TENSORFLOW_NO_GPU) if notice else None)
+        fallback = rank_device.cpu_fallback(spec.use_gpu, spec.gpu_notice, without_gpu, rank_device.TENSORFLOW_NO_GPU)
+        trainer = _KerasTrainer(spec, hvd, fallback)
         if not spec.elastic:  # an elastic fit reports at each (re)start instead
             rank_device.report_devices(hvd, trainer.cpu_fallback)
         return trainer.run()

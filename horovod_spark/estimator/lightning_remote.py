@@ -76,8 +76,8 @@ class LightningRankTrainer(RankTrainer):
         self.transformation_fn = self.parts["transformation_fn"]
         use_gpu = spec.use_gpu and self.parts["num_gpus"] != 0
         self.device = rank_device.torch_device(use_gpu, hvd)
-        notice = use_gpu and spec.gpu_notice
-        self.cpu_fallback = (self.device.type == "cpu", rank_device.TORCH_NO_GPU) if notice else None
+        self.cpu_fallback = rank_device.cpu_fallback(use_gpu, spec.gpu_notice, self.device.type == "cpu",
+                                                     rank_device.TORCH_NO_GPU)
         self.checkpoints = CheckpointStore(spec.store, spec.run_id, keep=spec.keep_checkpoints)
         self.history = History()
         self.output_shapes = None

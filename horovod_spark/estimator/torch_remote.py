@@ -75,8 +75,8 @@ class _Trainer(RankTrainer):
         parts = torch_payload.unpack(spec.payload)
         self.device = rank_device.torch_device(spec.use_gpu, hvd)
         # Reported once before a fixed-size fit, at each (re)start of an elastic one (rank_device).
-        notice = spec.use_gpu and spec.gpu_notice
-        self.cpu_fallback = (self.device.type == "cpu", rank_device.TORCH_NO_GPU) if notice else None
+        self.cpu_fallback = rank_device.cpu_fallback(spec.use_gpu, spec.gpu_notice, self.device.type == "cpu",
+                                                     rank_device.TORCH_NO_GPU)
         self.model = parts["model"].to(self.device)
         losses = [make() for make in parts["loss"]] if parts.get("loss_constructed") else parts["loss"]
         self.losses = losses * len(spec.label_cols) if len(losses) == 1 else losses

@@ -34,6 +34,13 @@ def report_cpu_fallback(hvd, without_gpu: bool, why: str, out=None, quiet: bool 
     return missing
 
 
+def cpu_fallback(use_gpu: bool, gpu_notice: bool, without_gpu: bool, why: str):
+    """A trainer's ``cpu_fallback`` for ``report_devices``: (whether this rank has no GPU, why) when
+    rank 0 is to say that use_gpu=True found no GPU; None when use_gpu is off, or at verbose=0 when
+    use_gpu was left at its default (TrainSpec.gpu_notice). The same on every rank of a fit."""
+    return (without_gpu, why) if use_gpu and gpu_notice else None
+
+
 def report_devices(hvd, cpu_fallback, quiet: bool = False) -> int:
     """``report_cpu_fallback`` for a trainer's ``cpu_fallback``: None when use_gpu=False (nothing to
     report, no collective), else (whether this rank has no GPU, why)."""
