@@ -142,8 +142,7 @@ class TrackingWorker:
         self.into_existing_run = False
         self._queue: "queue.Queue" = queue.Queue()
         self.stopped = False     # the server is unreachable or the run could not be opened
-        self._epochs_logged: Set[int] = set()
-        self._epochs_lock = threading.Lock()
+        self._epochs_logged: Set[int] = set()   # touched on the worker's thread only
         self._thread = threading.Thread(target=self._work, name="horovod_spark-mlflow", daemon=True)
         self._thread.start()
 
@@ -220,13 +219,12 @@ class TrackingWorker:
         from mlflow.entities import Metric
         now = int(time.time() * 1000)
         metrics = []
-        with self._epochs_lock:
-            for epoch, logs in sorted(by_epoch.items()):
-                if epoch in self._epochs_logged:
-                    continue
-                self._epochs_logged.add(epoch)
-                metrics += [Metric(name, float(value), now, epoch) for name, value in logs.items()
-                            if isinstance(value, (int, float))]
+        for epoch, logs in sorted(by_epoch.items()):
+            if epoch in self._epochs_logged:
+                continue
+            self._epochs_logged.add(epoch)
+            metrics += [Metric(name, float(value), now, epoch) for name, value in logs.items()
+                        if isinstance(value, (int, float))]
         for start in range(0, len(metrics), 1000):   # MLflow takes at most 1000 metrics per batch
             self.client.log_batch(self.run_id, metrics=metrics[start:start + 1000])
 
