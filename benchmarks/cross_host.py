@@ -199,7 +199,8 @@ def report(results, failures, args, load_before, load_after):
     cores = os.cpu_count() or 1
     print("cross-host allreduce, %d ranks per host; CPU: %s, %d cores; load average %s before, %s after"
           % (RANKS_PER_HOST, cpu_model(), cores, fmt_load(load_before), fmt_load(load_after)))
-    libraries = {r["sys_key"]: r["library"] for r in results if r.get("kind") == "library"}
+    # (Open MPI's version string ends in a NUL)
+    libraries = {r["sys_key"]: r["library"].replace("\x00", "").strip() for r in results if r.get("kind") == "library"}
     for system in args.systems:
         if system in libraries:
             print("- %s: %s" % (LABELS[system], libraries[system]))
