@@ -70,9 +70,10 @@ def warmup_count(nbytes, quick):
     return 20 if quick else 50
 
 
-def time_op(op, nbytes, quick, max_across, barrier, barrier_each=False):
+def time_op(op, nbytes, quick, max_across, barrier, barrier_each=False, rank_of=None):
     """Per-op times of ``op`` (one collective step), as the max over ranks of each iteration;
-    ``barrier_each``: an untimed barrier before every iteration.
+    ``barrier_each``: an untimed barrier before every iteration; ``rank_of``: (rank, size), to
+    also report every rank's CPU seconds per op (``cpu_s_per_op_ranks``).
 
     Returns (times, warmup_estimate_s, per-op rusage of the busiest rank). Every rank must call
     this with the same arguments.
@@ -105,9 +106,15 @@ def time_op(op, nbytes, quick, max_across, barrier, barrier_each=False):
     usage = max_across(np.array([after.ru_nvcsw - before.ru_nvcsw, after.ru_nivcsw - before.ru_nivcsw,
                                  (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)],
                                 dtype=np.float64) / iters)
+    stats = {"vol_csw_per_op": float(usage[0]), "invol_csw_per_op": float(usage[1]), "cpu_s_per_op": float(usage[2])}
+    if rank_of is not None:
+        # Each rank fills its own slot of zeros, so the max over ranks lists them all.
+        rank, size = rank_of
+        mine = np.zeros(size)
+        mine[rank] = ((after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)) / iters
+        stats["cpu_s_per_op_ranks"] = [float(x) for x in max_across(mine)]
     # The slowest rank defines when an iteration is done for the job as a whole.
-    return max_across(times), est, {"vol_csw_per_op": float(usage[0]), "invol_csw_per_op": float(usage[1]),
-                                    "cpu_s_per_op": float(usage[2])}
+    return max_across(times), est, stats
 
 
 def summarize(times):
@@ -148,7 +155,8 @@ def bench_sizes(adapter, system, sizes, quick, timings=("back_to_back",)):
         adapter.fill(buf, 0.0)
         for timing in timings:
             times, est, usage = time_op(lambda buf=buf, nbytes=nbytes: adapter.allreduce(buf, nbytes), nbytes,
-                                        quick, adapter.max_across, adapter.barrier, timing == "barrier")
+                                        quick, adapter.max_across, adapter.barrier, timing == "barrier",
+                                        rank_of=(rank, nranks))
             if rank == 0:
                 _record(adapter, system, "allreduce", nbytes, timing, times, est, usage)
 

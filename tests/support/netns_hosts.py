@@ -158,7 +158,7 @@ class NetnsHosts:
     def limit(self, i: int, rate: str) -> None:
         """Limit host ``i``'s link to ``rate`` (tc syntax, e.g. '10gbit') in both directions."""
         # A burst of rate/100 (10 ms of traffic) lets tbf keep up with the rate at HZ timer ticks.
-        bits = _rate_bits(rate)
+        bits = rate_bits(rate)
         burst = str(max(64 << 10, bits // 8 // 100))
         for cmd in (["tc"], ["ip", "netns", "exec", self.name(i), "tc"]):
             dev = self.root_link(i) if len(cmd) == 1 else "eth0"
@@ -263,7 +263,7 @@ class NetnsHosts:
         _run("ip", "link", "set", self.root_link(i), "up")
 
 
-def _rate_bits(rate: str) -> int:
+def rate_bits(rate: str) -> int:
     """bits/s of a tc rate such as '10gbit', '500mbit', '1000kbit'."""
     units = {"gbit": 10 ** 9, "mbit": 10 ** 6, "kbit": 10 ** 3, "bit": 1}
     text = rate.strip().lower()
