@@ -397,6 +397,13 @@ BIND_ANY = _define("HOROVOD_SPARK_BIND_ANY", FLAG, False, "Let the job's service
                    "the address the job uses.")
 SPARK_TLS = _define("HOROVOD_SPARK_TLS", FLAG, False, "Wrap every connection to the job's Python services (the KV "
                     "service, horovod_spark.run's driver service) in TLS. The launchers pass it on to the ranks.")
+DATA_PLANE_AUTH = _define("HOROVOD_SPARK_DATA_PLANE_AUTH", FLAG, None, "Authenticate every message between ranks "
+                          "over TCP: each frame of at most 64 KiB carries a Poly1305 tag keyed per job, link and "
+                          "direction, and a tampered, dropped, replayed or reordered frame fails the collective on "
+                          "every rank, naming the link. Shared-memory links need none. Every rank must have the "
+                          "same value (hvd.init() fails naming this setting otherwise); the launchers pass the "
+                          "driver's value on to the ranks.", read_by=PYTHON_AND_CORE,
+                          default_text="on when HOROVOD_SPARK_TLS is on, else off")
 SPARK_TLS_CERT = _define("HOROVOD_SPARK_TLS_CERT", text("the path of a PEM certificate"), None, "With "
                          "HOROVOD_SPARK_TLS: the services' certificate (with HOROVOD_SPARK_TLS_KEY).",
                          default_text="a self-signed certificate made per job with openssl")
@@ -452,6 +459,16 @@ def check_assignments(env: Mapping[str, str], source: str) -> None:
                 raise ConfigError("%s: %s" % (source, exc)) from None
 
 
+def data_plane_auth(environ: Optional[Mapping[str, str]] = None) -> bool:
+    """HOROVOD_SPARK_DATA_PLANE_AUTH as the core reads it: when unset, HOROVOD_SPARK_TLS decides."""
+    return bool(DATA_PLANE_AUTH.get(environ, default=SPARK_TLS.get(environ)))
+
+
+def data_plane_auth_env(on: bool) -> Dict[str, str]:
+    """The rank environment entry that fixes HOROVOD_SPARK_DATA_PLANE_AUTH to the driver's ``on``."""
+    return {DATA_PLANE_AUTH.name: "on" if on else "off"}
+
+
 def table_rows() -> List[str]:
     """docs/configuration.md's table, one line per variable, variable names in backticks."""
     def code(words: str) -> str:
@@ -465,3 +482,4 @@ def table_rows() -> List[str]:
 
 if __name__ == "__main__":
     print("\n".join(table_rows()))
+

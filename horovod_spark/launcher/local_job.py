@@ -117,6 +117,7 @@ class LocalJob:
             base.update(self._extra_env)
             # The ranks use TLS exactly when this job's service does, whatever their environment says.
             base[config.SPARK_TLS.name] = "1" if self.server.tls is not None else "0"
+            base.update(config.data_plane_auth_env(config.data_plane_auth(base)))
             envs = [rank_environment(r, self.num_proc, self.port, self.secret, self.run_scope, base,
                                      cpus=self.cpus[r] if self.cpus else None)
                     for r in range(self.num_proc)]

@@ -1,5 +1,6 @@
 """``horovod_spark.run`` on a classic SparkSession: ``num_proc`` ranks in one barrier job of the SparkContext."""
 import functools
+import os
 import uuid
 from typing import Any, Callable, List, Optional
 
@@ -52,7 +53,8 @@ def run_barrier(fn: Callable, args, kwargs: Optional[dict], options: SparkRunOpt
     log(2, "driver service on %s:%d (bound to %s)" % (addrs[0], service.port, bind))
     spec = TaskSpec(job_id=job_id, driver_addrs=addrs, port=service.port, key=key, num_proc=num_proc,
                     call=call, start_timeout=start_timeout, host_key_mode=host_mode, env=rank_env,
-                    use_mpi=use_mpi, executable=executable, tls=service.tls is not None)
+                    use_mpi=use_mpi, executable=executable, tls=service.tls is not None,
+                    data_plane_auth=config.data_plane_auth({**os.environ, **rank_env}))
 
     def notify():
         with service.condition:

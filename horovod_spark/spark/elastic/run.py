@@ -14,6 +14,7 @@ The ranks' output reaches the driver as ``run()``'s does (``elastic_output.py``)
 """
 import functools
 import logging
+import os
 import sys
 import threading
 import time
@@ -154,6 +155,8 @@ def run_elastic_with_options(fn: Callable, args, kwargs: Optional[dict], options
         server.put(scope, run_local_rank.SYS_PATH_KEY, wire.encode_message([p for p in sys.path if p]))
         payload = source_pickle.dumps((fn, tuple(args), dict(kwargs or {})))
         _put_blob(server, scope, run_local_rank.FN_KEY, payload)
+        # Every executor's ranks get the driver's data-plane setting, whatever their own environment says.
+        rank_env.update(config.data_plane_auth_env(config.data_plane_auth({**os.environ, **rank_env})))
         spec = ElasticTaskSpec(job_id, addrs, port, secret, elastic_timeout + lost_after + _RANK_WAIT_MARGIN_S,
                                rank_env, executable)
 
