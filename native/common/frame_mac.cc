@@ -19,10 +19,18 @@ inline void store64(uint8_t* p, uint64_t v) {
 }
 inline uint32_t rotl(uint32_t v, int n) { return v << n | v >> (32 - n); }
 inline void quarter(uint32_t& a, uint32_t& b, uint32_t& c, uint32_t& d) {
-  a += b; d ^= a; d = rotl(d, 16);
-  c += d; b ^= c; b = rotl(b, 12);
-  a += b; d ^= a; d = rotl(d, 8);
-  c += d; b ^= c; b = rotl(b, 7);
+  a += b;
+  d ^= a;
+  d = rotl(d, 16);
+  c += d;
+  b ^= c;
+  b = rotl(b, 12);
+  a += b;
+  d ^= a;
+  d = rotl(d, 8);
+  c += d;
+  b ^= c;
+  b = rotl(b, 7);
 }
 using u128 = unsigned __int128;
 }  // namespace

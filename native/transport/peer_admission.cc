@@ -252,8 +252,7 @@ class Acceptor {
     random_nonce(c.acceptor_nonce);
     uint8_t challenge[kChallenge];
     std::memcpy(challenge, c.acceptor_nonce, kNonce);
-    Digest answer =
-        handshake_mac(token_, "acceptor", c.connector_nonce, c.acceptor_nonce, c.peer, c.channel, framed_);
+    Digest answer = handshake_mac(token_, "acceptor", c.connector_nonce, c.acceptor_nonce, c.peer, c.channel, framed_);
     std::memcpy(challenge + kNonce, answer.data(), kMac);
     if (send(c.fd, challenge, sizeof challenge, MSG_NOSIGNAL | MSG_DONTWAIT) != ssize_t(sizeof challenge))
       return refuse(c, 0, "could not be sent the challenge");
@@ -261,8 +260,7 @@ class Acceptor {
   }
 
   void check_proof(Conn& c) {
-    Digest proof =
-        handshake_mac(token_, "connector", c.connector_nonce, c.acceptor_nonce, c.peer, c.channel, framed_);
+    Digest proof = handshake_mac(token_, "connector", c.connector_nonce, c.acceptor_nonce, c.peer, c.channel, framed_);
     if (!digests_equal(proof.data(), c.buf, kProof))
       return refuse(c, 0, "repeated rank " + std::to_string(c.peer) + "'s greeting but did not answer the challenge");
     int fd = c.fd;

@@ -44,8 +44,7 @@ size_t TcpLink::send_some(const uint8_t* p, size_t n) {
                        " while sending: " + std::strerror(errno));
 }
 
-void TcpLink::frame_tag(const uint8_t* key, uint64_t number, const uint8_t* frame, size_t payload,
-                        uint8_t* tag) const {
+void TcpLink::frame_tag(const uint8_t* key, uint64_t number, const uint8_t* frame, size_t payload, uint8_t* tag) const {
   uint8_t nonce[kChachaNonce] = {};
   for (int i = 0; i < 8; ++i) nonce[4 + i] = uint8_t(number >> (8 * i));
   uint8_t one_time[kPolyKey];

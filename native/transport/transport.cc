@@ -492,8 +492,7 @@ void Transport::close() {
     progress_control();
     bool empty = true;
     for (int p = 0; p < size_; ++p)
-      if (p != rank_ && !gone_[p] && (!queues_[p].out.empty() || (ctrl_[p] && ctrl_[p]->holds_unsent())))
-        empty = false;
+      if (p != rank_ && !gone_[p] && (!queues_[p].out.empty() || (ctrl_[p] && ctrl_[p]->holds_unsent()))) empty = false;
     if (empty) break;
     usleep(1000);
   }

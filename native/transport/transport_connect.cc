@@ -95,8 +95,7 @@ void Transport::connect(const std::vector<PeerAddress>& peers, const TransportOp
     return ranks;
   };
   accept_peers(listen_fd_, rank_, size_, kData + 1, opt.job_token, opt.data_plane_auth, expected,
-               opt.connect_timeout_ms, take, missing,
-               [&](int peer) { return describe(peer); });
+               opt.connect_timeout_ms, take, missing, [&](int peer) { return describe(peer); });
   ::close(listen_fd_);
   listen_fd_ = -1;
 
@@ -119,8 +118,8 @@ std::unique_ptr<FrameKeys> Transport::frame_keys(int peer, int channel, const ui
   Digest recv = peer_wire::frame_key(opt_.job_token, cn, an, peer, rank_, channel);
   std::memcpy(keys->send, send.data(), sizeof keys->send);
   std::memcpy(keys->recv, recv.data(), sizeof keys->recv);
-  keys->link = "from " + describe(peer) + " to " + describe(rank_) + " (" +
-               (channel == kData ? "data" : "control") + " channel)";
+  keys->link = "from " + describe(peer) + " to " + describe(rank_) + " (" + (channel == kData ? "data" : "control") +
+               " channel)";
   return keys;
 }
 

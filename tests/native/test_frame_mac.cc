@@ -16,7 +16,8 @@ int g_checks = 0;
 
 std::vector<uint8_t> hex(const std::string& s) {
   std::vector<uint8_t> out;
-  for (size_t i = 0; i + 1 < s.size(); i += 2) out.push_back(static_cast<uint8_t>(std::stoi(s.substr(i, 2), nullptr, 16)));
+  for (size_t i = 0; i + 1 < s.size(); i += 2)
+    out.push_back(static_cast<uint8_t>(std::stoi(s.substr(i, 2), nullptr, 16)));
   return out;
 }
 
@@ -76,8 +77,9 @@ void rfc_vectors() {
             "00000000000000000000000000000000", "A.3 #8");
   poly_case(two, zero, cat({{0xfd}, repeat(0xff, 15)}), "faffffffffffffffffffffffffffffff", "A.3 #9");
   const auto r10 = hex("01000000000000000400000000000000");
-  const auto m10 = hex("e33594d7505e43b900000000000000003394d7505e4379cd0100000000000000"
-                       "0000000000000000000000000000000001000000000000000000000000000000");
+  const auto m10 =
+      hex("e33594d7505e43b900000000000000003394d7505e4379cd0100000000000000"
+          "0000000000000000000000000000000001000000000000000000000000000000");
   poly_case(r10, zero, m10, "14000000000000005500000000000000", "A.3 #10");
   poly_case(r10, zero, std::vector<uint8_t>(m10.begin(), m10.begin() + 48), "13000000000000000000000000000000",
             "A.3 #11");
