@@ -397,7 +397,7 @@ BIND_ANY = _define("HOROVOD_SPARK_BIND_ANY", FLAG, False, "Let the job's service
                    "the address the job uses.")
 SPARK_TLS = _define("HOROVOD_SPARK_TLS", FLAG, False, "Wrap every connection to the job's Python services (the KV "
                     "service, horovod_spark.run's driver service) in TLS. The launchers pass it on to the ranks.")
-DATA_PLANE_AUTH = _define("HOROVOD_SPARK_DATA_PLANE_AUTH", FLAG, None, "Authenticate every message between ranks "
+DATA_PLANE_AUTH = _define("HOROVOD_SPARK_DATA_PLANE_AUTH", FLAG, False, "Authenticate every message between ranks "
                           "over TCP: each frame of at most 64 KiB carries a Poly1305 tag keyed per job, link and "
                           "direction, and a tampered, dropped, replayed or reordered frame fails the collective on "
                           "every rank, naming the link. Shared-memory links need none. Every rank must have the "
@@ -457,16 +457,6 @@ def check_assignments(env: Mapping[str, str], source: str) -> None:
                 VARIABLES[name].parse(value)
             except ConfigError as exc:
                 raise ConfigError("%s: %s" % (source, exc)) from None
-
-
-def data_plane_auth(environ: Optional[Mapping[str, str]] = None) -> bool:
-    """HOROVOD_SPARK_DATA_PLANE_AUTH as the core reads it: when unset, HOROVOD_SPARK_TLS decides."""
-    return bool(DATA_PLANE_AUTH.get(environ, default=SPARK_TLS.get(environ)))
-
-
-def data_plane_auth_env(on: bool) -> Dict[str, str]:
-    """The rank environment entry that fixes HOROVOD_SPARK_DATA_PLANE_AUTH to the driver's ``on``."""
-    return {DATA_PLANE_AUTH.name: "on" if on else "off"}
 
 
 def table_rows() -> List[str]:

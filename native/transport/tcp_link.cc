@@ -108,9 +108,9 @@ void TcpLink::receive_plain() {
 }
 
 void TcpLink::altered(const std::string& what) const {
-  throw TransportError("the data on the link " + keys_->link + " was altered in transit (" + what +
-                       "): something between the two ranks rewrote, dropped or injected bytes; the collective "
-                       "is abandoned on every rank");
+  throw DataAlteredError("the data on the link " + keys_->link + " was altered in transit (" + what +
+                         "): something between the two ranks rewrote, dropped or injected bytes; the collective "
+                         "is abandoned on every rank");
 }
 
 void TcpLink::open_frames() {

@@ -420,6 +420,8 @@ bool Transport::progress_control() {
       size_t n;
       try {
         n = send_or_wait_for_space(l, reinterpret_cast<const uint8_t*>(m.data()) + q.out_off, m.size() - q.out_off);
+      } catch (const DataAlteredError&) {
+        throw;
       } catch (const TransportError&) {
         break;  // the liveness socket reports the peer's fate
       }
@@ -436,6 +438,8 @@ bool Transport::progress_control() {
       std::pair<const uint8_t*, size_t> span;
       try {
         span = l->peek();
+      } catch (const DataAlteredError&) {
+        throw;
       } catch (const TransportError&) {
         break;
       }
@@ -489,7 +493,11 @@ void Transport::close() {
   // Flush what we owe peers (bounded), then say goodbye so they know this was no crash. (Nothing
   // to flush when connect() never ran: hvd.init() failed between creating and starting.)
   for (int i = 0; i < 200 && size_ > 1 && static_cast<int>(queues_.size()) == size_; ++i) {
-    progress_control();
+    try {
+      progress_control();
+    } catch (const TransportError&) {
+      break;  // an altered frame (the error is already ours to send): say it below regardless
+    }
     bool empty = true;
     for (int p = 0; p < size_; ++p)
       if (p != rank_ && !gone_[p] && (!queues_[p].out.empty() || (ctrl_[p] && ctrl_[p]->holds_unsent()))) empty = false;

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 from support.peer_port import kv_service, record_of
-from support.tampering_relay import TamperingRelay
+from support.tampering_relay import CONTROL_CHANNEL, DATA_CHANNEL, TamperingRelay
 
 from horovod_spark.launcher.local_job import rank_environment
 
@@ -51,7 +51,7 @@ def _start(rank, server, key, scope, auth, cases):
                             stderr=subprocess.PIPE, text=True)
 
 
-def _run_pair(auth0, auth1, cases, flip_at=None):
+def _run_pair(auth0, auth1, cases, flip_at=None, channel=DATA_CHANNEL):
     """Rank 0, then rank 1 reaching rank 0 only through the relay; returns each rank's
     (exit code, stdout, stderr) and the relay."""
     with kv_service("dataplane") as (server, key, scope):
@@ -59,7 +59,7 @@ def _run_pair(auth0, auth1, cases, flip_at=None):
         relay = None
         try:
             record = record_of(server, scope, 0)
-            relay = TamperingRelay(record["port"], flip_at)
+            relay = TamperingRelay(record["port"], flip_at, channel)
             # Rank 1 reads rank 0's address from the rendezvous: point it at the relay.
             server.put(scope + ".init.0", "rank.0", json.dumps(dict(record, port=relay.port)).encode())
             rank1 = _start(1, server, key, scope, auth1, cases)
@@ -74,8 +74,10 @@ def _run_pair(auth0, auth1, cases, flip_at=None):
     return [(rank0.returncode, out0, err0), (rank1.returncode, out1, err1)], relay
 
 
-def test_a_tampered_frame_fails_the_collective_on_both_ranks_naming_the_link():
-    ranks, relay = _run_pair("on", "on", _TAMPERED, flip_at=_FLIP_AT)
+@pytest.mark.parametrize("channel,flip_at", [(DATA_CHANNEL, _FLIP_AT), (CONTROL_CHANNEL, 10)],
+                         ids=["data", "control"])
+def test_a_tampered_frame_fails_the_collective_on_both_ranks_naming_the_link(channel, flip_at):
+    ranks, relay = _run_pair("on", "on", _TAMPERED, flip_at=flip_at, channel=channel)
     assert relay.flipped.is_set()
     for rank, (code, out, err) in enumerate(ranks):
         assert code == 3, "rank %d: exit %s\n%s\n%s" % (rank, code, out, err)
@@ -83,6 +85,7 @@ def test_a_tampered_frame_fails_the_collective_on_both_ranks_naming_the_link():
         assert float(seconds) < 15, out
         assert "altered in transit" in message, message
         assert "from rank 1" in message and "to rank 0" in message and "127.0.0.1" in message, message
+        assert ("data channel" if channel == DATA_CHANNEL else "control channel") in message, message
 
 
 def test_without_the_setting_the_same_relay_corrupts_the_result_silently():

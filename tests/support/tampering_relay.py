@@ -1,4 +1,4 @@
-"""A TCP relay between two ranks that can flip one byte of the data channel after the handshake,
+"""A TCP relay between two ranks that can flip one byte of a channel after the handshake,
 as a machine on the path could (tests/security/test_data_plane_auth.py)."""
 import socket
 import struct
@@ -7,16 +7,16 @@ import threading
 # The connector's handshake bytes (native/transport/peer_wire.h): greeting (magic, rank, channel,
 # nonce, MAC) then the proof; what follows on the connection is the channel's stream.
 _GREETING, _PROOF = 12 + 16 + 32, 32
-DATA_CHANNEL = 2
+CONTROL_CHANNEL, DATA_CHANNEL = 1, 2
 
 
 class TamperingRelay:
     """Listens on 127.0.0.1 and forwards every connection to 127.0.0.1:``target_port``. With
-    ``flip_at`` set, the byte ``flip_at`` bytes into the connector's data-channel stream (after
+    ``flip_at`` set, the byte ``flip_at`` bytes into the connector's stream on ``channel`` (after
     its handshake) is inverted on its way to the acceptor."""
 
-    def __init__(self, target_port, flip_at=None):
-        self.target_port, self.flip_at = target_port, flip_at
+    def __init__(self, target_port, flip_at=None, channel=DATA_CHANNEL):
+        self.target_port, self.flip_at, self.channel = target_port, flip_at, channel
         self.flipped = threading.Event()
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port = self._listener.getsockname()[1]
@@ -54,7 +54,7 @@ class TamperingRelay:
                 if from_connector and channel is None and seen + len(chunk) >= 12:
                     head = bytes(chunk[:12]) if seen == 0 else None
                     channel = struct.unpack(">III", head)[2] if head else -1
-                if from_connector and channel == DATA_CHANNEL and self.flip_at is not None:
+                if from_connector and channel == self.channel and self.flip_at is not None:
                     at = _GREETING + _PROOF + self.flip_at - seen
                     if 0 <= at < len(chunk) and not self.flipped.is_set():
                         chunk[at] ^= 0xFF

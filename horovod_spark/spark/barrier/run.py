@@ -5,7 +5,7 @@ import uuid
 from typing import Any, Callable, List, Optional
 
 from horovod_spark import session as spark_session
-from horovod_spark.common import config, wire
+from horovod_spark.common import config, data_plane_auth, wire
 from horovod_spark.spark.driver import preflight
 from horovod_spark.spark.driver.output import OutputSink
 from horovod_spark.spark.driver.results import ResultSpool
@@ -54,7 +54,7 @@ def run_barrier(fn: Callable, args, kwargs: Optional[dict], options: SparkRunOpt
     spec = TaskSpec(job_id=job_id, driver_addrs=addrs, port=service.port, key=key, num_proc=num_proc,
                     call=call, start_timeout=start_timeout, host_key_mode=host_mode, env=rank_env,
                     use_mpi=use_mpi, executable=executable, tls=service.tls is not None,
-                    data_plane_auth=config.data_plane_auth({**os.environ, **rank_env}))
+                    data_plane_auth=data_plane_auth.resolved({**os.environ, **rank_env}))
 
     def notify():
         with service.condition:

@@ -15,7 +15,7 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
-from horovod_spark.common import config, wire
+from horovod_spark.common import config, data_plane_auth, wire
 from horovod_spark.common.kv_client import KVClient
 from horovod_spark.spark.driver import results
 from horovod_spark.spark.mpi.task import MpiDaemonSlot
@@ -130,7 +130,7 @@ def rank_env(spec: TaskSpec, addr: str, place: placement_mod.Placement, gpus: Li
         config.RENDEZVOUS_PORT.name: str(spec.port),
         config.SECRET_KEY.name: spec.key.hex(),
         config.SPARK_TLS.name: "1" if spec.tls else "0",
-        **config.data_plane_auth_env(spec.data_plane_auth),
+        **data_plane_auth.rank_env(spec.data_plane_auth),
         config.RUN_SCOPE.name: spec.job_id,
         config.SPARK_WORKDIR.name: workdir,
         "PYTHONUNBUFFERED": "1",  # lines reach the driver as they are printed, not at exit
