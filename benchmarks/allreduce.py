@@ -55,6 +55,7 @@ DEFAULT_COLLECTIVE_SIZES = "4K,4M,64M"
 QUICK_COLLECTIVE_SIZES = "4K,64K"
 
 DEFAULT_SIZES = "4K-256M"
+DATA_PLANE_AUTH_SIZES = "4K,4M,64M"
 QUICK_SIZES = "4K,256K,4M,64M"
 
 # Targets from the project brief; checked against whatever sizes were actually measured.
@@ -177,6 +178,10 @@ def build_parser():
                         "--quiet-load (for shared machines); then run regardless, with a warning")
     p.add_argument("--quiet-load", type=float, default=0.5, metavar="L")
     p.add_argument("--json-out", metavar="PATH", help="also write all results and metadata as JSON")
+    p.add_argument("--data-plane-auth", action="store_true",
+                   help="instead of the sweep: horovod_spark over TCP (shared memory off) with "
+                        "HOROVOD_SPARK_DATA_PLANE_AUTH off and on, interleaved --repeat times, at --sizes "
+                        "(default %s)" % DATA_PLANE_AUTH_SIZES)
     p.add_argument("--launches", type=int, default=0, metavar="N",
                    help="instead of the sweep: launch each system N times (interleaved) at --sizes "
                         "(default 4K) and report the spread of the launches' medians and each launch's "
@@ -395,7 +400,7 @@ def shorten(arg):
 
 
 def run_system(system, nranks, sizes, quick, grouped, timeout, grouped_ref=False, timings=("back_to_back",),
-               collectives=(), collective_sizes=()):
+               collectives=(), collective_sizes=(), more_env=None):
     """Run one system's worker; returns (records, error message or None, wall seconds, command line).
     A system that cannot run here gives no records and an error starting with "skipped: "."""
     worker_args = ["--sizes", ",".join(str(s) for s in sizes), "--timings", ",".join(timings)]
@@ -411,6 +416,7 @@ def run_system(system, nranks, sizes, quick, grouped, timeout, grouped_ref=False
     cmd, extra_env, why = launch_command(system, nranks, worker_args)
     if cmd is None:
         return [], "skipped: " + why, 0.0, None
+    extra_env = dict(extra_env, **(more_env or {}))
     shown = " ".join(["%s=%s" % kv for kv in sorted(extra_env.items()) if kv[0] != "PATH"] + list(map(shorten, cmd)))
     sys.stderr.write("[bench] np=%d %-13s $ %s\n" % (nranks, system, shown))
     sys.stderr.flush()
@@ -766,6 +772,9 @@ def main(argv=None):
                          "skew these numbers\n" % (load_before[0], os.cpu_count() or 1))
     memcpy = memcpy_bandwidth()
 
+    if args.data_plane_auth:
+        return _main_data_plane_auth(args, argv, args.sizes or parse_sizes(DATA_PLANE_AUTH_SIZES), timeout, repeat,
+                                     started, load_before)
     if args.launches:
         return _main_launches(args, argv, sizes, timeout, started, load_before, memcpy)
     copies = {n: concurrent_memcpy(n) for n in args.np if 1 < n <= (os.cpu_count() or 1)}
@@ -879,6 +888,49 @@ def _main_launches(args, argv, sizes, timeout, started, load_before, memcpy):
     if args.json_out:
         with open(args.json_out, "w") as f:
             json.dump({"launches": records, "errors": errors, "memcpy_64MiB": memcpy}, f, indent=1)
+    return 1 if errors and not records else 0
+
+
+def _main_data_plane_auth(args, argv, sizes, timeout, repeat, started, load_before):
+    """--data-plane-auth: what authenticated TCP frames cost, the setting off and on in turn."""
+    records, errors = [], []
+    for nranks in args.np:
+        for rep in range(max(1, repeat)):
+            for mode in ("off", "on"):
+                env = {"HOROVOD_SHM_DISABLE": "1", "HOROVOD_SPARK_DATA_PLANE_AUTH": mode}
+                recs, err, _, _ = run_system("horovod_spark", nranks, sizes, args.quick, False, timeout,
+                                             timings=args.timings, more_env=env)
+                for r in recs:
+                    r["variant"] = mode
+                records += recs
+                if err:
+                    errors.append("np=%d, %s, round %d: %s" % (nranks, mode, rep + 1, err))
+                    sys.stderr.write("[bench] " + errors[-1].partition("\n")[0] + "\n")
+    best = best_of([r for r in records if r.get("kind", "allreduce") == "allreduce"])
+    print("## Allreduce over TCP, HOROVOD_SPARK_DATA_PLANE_AUTH off vs on (float32, Sum)\n")
+    print("- command: `%s`" % command_line(argv))
+    print("- date: %s; revision: %s; machine: %s, %s cores; load average before %s, after %s"
+          % (started.strftime("%Y-%m-%d %H:%M UTC"), git_revision(), cpu_model(), os.cpu_count(),
+             fmt_load(load_before), fmt_load(loadavg())))
+    print("- HOROVOD_SHM_DISABLE=1 (every link TCP); best of %d interleaved rounds; median / p99 of the "
+          "slowest rank's time per operation\n" % max(1, repeat))
+    for nranks in args.np:
+        for timing in args.timings:
+            rows = []
+            for size in sizes:
+                cell = {m: next((r for r in best if r["np"] == nranks and r["bytes"] == size and
+                                 r.get("variant") == m and r.get("timing", "back_to_back") == timing), None)
+                        for m in ("off", "on")}
+                ratio = (cell["on"]["median_s"] / cell["off"]["median_s"]) if cell["off"] and cell["on"] else None
+                rows.append([fmt_size(size), fmt_cell(cell["off"]), fmt_cell(cell["on"]), fmt_ratio(ratio)])
+            print("### %d ranks, %s\n" % (nranks, TIMING_LABELS[timing]))
+            print(markdown_table(["size", "off: median / p99", "on: median / p99", "on ÷ off"], rows) + "\n")
+    if errors:
+        print("### Problems\n")
+        print("\n".join("- " + e.partition("\n")[0] for e in errors))
+    if args.json_out:
+        with open(args.json_out, "w") as f:
+            json.dump({"data_plane_auth": records, "errors": errors}, f, indent=1)
     return 1 if errors and not records else 0
 
 

@@ -397,6 +397,13 @@ BIND_ANY = _define("HOROVOD_SPARK_BIND_ANY", FLAG, False, "Let the job's service
                    "the address the job uses.")
 SPARK_TLS = _define("HOROVOD_SPARK_TLS", FLAG, False, "Wrap every connection to the job's Python services (the KV "
                     "service, horovod_spark.run's driver service) in TLS. The launchers pass it on to the ranks.")
+DATA_PLANE_AUTH = _define("HOROVOD_SPARK_DATA_PLANE_AUTH", FLAG, False, "Authenticate every message between ranks "
+                          "over TCP: each frame of at most 64 KiB carries a Poly1305 tag keyed per job, link and "
+                          "direction, and a tampered, dropped, replayed or reordered frame fails the collective on "
+                          "every rank, naming the link. Shared-memory links need none. Every rank must have the "
+                          "same value (hvd.init() fails naming this setting otherwise); the launchers pass the "
+                          "driver's value on to the ranks.", read_by=PYTHON_AND_CORE,
+                          default_text="on when HOROVOD_SPARK_TLS is on, else off")
 SPARK_TLS_CERT = _define("HOROVOD_SPARK_TLS_CERT", text("the path of a PEM certificate"), None, "With "
                          "HOROVOD_SPARK_TLS: the services' certificate (with HOROVOD_SPARK_TLS_KEY).",
                          default_text="a self-signed certificate made per job with openssl")
@@ -465,3 +472,4 @@ def table_rows() -> List[str]:
 
 if __name__ == "__main__":
     print("\n".join(table_rows()))
+

@@ -15,7 +15,7 @@ import uuid
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, TextIO
 
 import horovod_spark
-from horovod_spark.common import config, rendezvous, source_pickle, wire, wire_tls
+from horovod_spark.common import config, data_plane_auth, rendezvous, source_pickle, wire, wire_tls
 from horovod_spark.common.kv_client import KVClient
 from horovod_spark.common.kv_server import KVStoreServer
 from horovod_spark.exceptions import RankFailedError
@@ -117,6 +117,7 @@ class LocalJob:
             base.update(self._extra_env)
             # The ranks use TLS exactly when this job's service does, whatever their environment says.
             base[config.SPARK_TLS.name] = "1" if self.server.tls is not None else "0"
+            base.update(data_plane_auth.rank_env(data_plane_auth.resolved(base)))
             envs = [rank_environment(r, self.num_proc, self.port, self.secret, self.run_scope, base,
                                      cpus=self.cpus[r] if self.cpus else None)
                     for r in range(self.num_proc)]

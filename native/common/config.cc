@@ -81,6 +81,18 @@ Switch env_switch(const char* name) {
                       "to let the core choose; " + kFlagAccepts + ", or unset it (default: auto)");
   return on == 1 ? Switch::kOn : Switch::kOff;
 }
+// HOROVOD_SPARK_DATA_PLANE_AUTH, a flag whose default is HOROVOD_SPARK_TLS's value: authenticated
+// TCP frames come with TLS unless set either way (transport/tcp_link.h).
+bool data_plane_auth_flag() {
+  const char* name = "HOROVOD_SPARK_DATA_PLANE_AUTH";
+  const char* v = env(name);
+  if (!v) return env_flag("HOROVOD_SPARK_TLS", false);
+  int on = flag_word(normalized_word(v));
+  if (on < 0)
+    throw ConfigError(std::string(name) + "='" + v + "' is neither on nor off; set it to " + kFlagAccepts +
+                      ", or unset it (default: on when HOROVOD_SPARK_TLS is on, else off)");
+  return on == 1;
+}
 }  // namespace
 
 const char* Config::switch_name(Switch s) { return s == Switch::kAuto ? "auto" : s == Switch::kOn ? "on" : "off"; }
@@ -101,6 +113,7 @@ Config Config::from_env() {
   c.data_timeout_seconds = env_number("HOROVOD_DATA_TIMEOUT_SECONDS", c.data_timeout_seconds, 1);
   c.start_timeout_seconds = env_number("HOROVOD_START_TIMEOUT", c.start_timeout_seconds, 1);
   c.shm_disable = env_flag("HOROVOD_SHM_DISABLE", c.shm_disable);
+  c.data_plane_auth = data_plane_auth_flag();
   c.speculative_allreduce = env_flag("HOROVOD_SPECULATIVE_ALLREDUCE", c.speculative_allreduce);
   c.shm_ring_bytes =
       static_cast<size_t>(env_number("HOROVOD_SHM_RING_BYTES", static_cast<double>(c.shm_ring_bytes), 65536));

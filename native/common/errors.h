@@ -17,6 +17,12 @@ struct TransportError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// A frame on an authenticated link failed its check (transport/tcp_link.h): never a lost peer to
+// wait out, always fatal at once.
+struct DataAlteredError : TransportError {
+  using TransportError::TransportError;
+};
+
 // A request that is wrong (mismatched shapes across ranks, bad root, bad splits): fails that
 // tensor's handles on every rank, the engine keeps running.
 struct CollectiveError : std::runtime_error {

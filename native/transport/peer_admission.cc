@@ -108,13 +108,14 @@ class Refusals {
 
 class Acceptor {
  public:
-  Acceptor(int listen_fd, int my_rank, int size, int num_channels, const std::string& token,
-           const std::function<bool(int, int, int)>& take)
+  Acceptor(int listen_fd, int my_rank, int size, int num_channels, const std::string& token, bool framed,
+           const std::function<bool(const AdmittedPeer&)>& take)
       : listen_fd_(listen_fd),
         my_rank_(my_rank),
         size_(size),
         num_channels_(num_channels),
         token_(token),
+        framed_(framed),
         take_(take) {}
   ~Acceptor() {
     for (auto& c : conns_)
@@ -125,6 +126,7 @@ class Acceptor {
   bool run(int expected, Clock::time_point deadline) {
     expected_ = expected;
     while (expected_ > 0) {
+      if (!fatal_.empty()) return false;
       auto now = Clock::now();
       if (now >= deadline) return false;
       auto wake = deadline;
@@ -151,6 +153,7 @@ class Acceptor {
   }
 
   const std::set<int>& greeted() const { return greeted_; }
+  const std::string& fatal() const { return fatal_; }
   const Refusals& refusals() const { return refusals_; }
 
  private:
@@ -231,7 +234,15 @@ class Acceptor {
         c.channel >= num_channels_)
       return refuse(c, 0, "sent no greeting from a higher rank of this job");
     std::memcpy(c.connector_nonce, c.buf + 12, kNonce);
-    Digest mac = handshake_mac(token_, "hello", c.connector_nonce, nullptr, c.peer, c.channel);
+    Digest mac = handshake_mac(token_, "hello", c.connector_nonce, nullptr, c.peer, c.channel, framed_);
+    Digest other = handshake_mac(token_, "hello", c.connector_nonce, nullptr, c.peer, c.channel, !framed_);
+    if (digests_equal(other.data(), c.buf + 12 + kNonce, kMac)) {
+      fatal_ = std::string("rank ") + std::to_string(c.peer) + " (" + c.address + ") has " + kModeSetting + " " +
+               (framed_ ? "off" : "on") + " while rank " + std::to_string(my_rank_) + " has it " +
+               (framed_ ? "on" : "off") + ": ranks with authenticated and plain data links cannot talk to each " +
+               "other; set " + kModeSetting + " alike on every rank (the launchers pass the driver's value on)";
+      return refuse(c, kRefusedMode, "has the other " + std::string(kModeSetting));
+    }
     if (!digests_equal(mac.data(), c.buf + 12 + kNonce, kMac))
       return refuse(c, kRefusedSecret,
                     "claimed to be rank " + std::to_string(c.peer) + " but did not prove it belongs to this job");
@@ -241,7 +252,7 @@ class Acceptor {
     random_nonce(c.acceptor_nonce);
     uint8_t challenge[kChallenge];
     std::memcpy(challenge, c.acceptor_nonce, kNonce);
-    Digest answer = handshake_mac(token_, "acceptor", c.connector_nonce, c.acceptor_nonce, c.peer, c.channel);
+    Digest answer = handshake_mac(token_, "acceptor", c.connector_nonce, c.acceptor_nonce, c.peer, c.channel, framed_);
     std::memcpy(challenge + kNonce, answer.data(), kMac);
     if (send(c.fd, challenge, sizeof challenge, MSG_NOSIGNAL | MSG_DONTWAIT) != ssize_t(sizeof challenge))
       return refuse(c, 0, "could not be sent the challenge");
@@ -249,7 +260,7 @@ class Acceptor {
   }
 
   void check_proof(Conn& c) {
-    Digest proof = handshake_mac(token_, "connector", c.connector_nonce, c.acceptor_nonce, c.peer, c.channel);
+    Digest proof = handshake_mac(token_, "connector", c.connector_nonce, c.acceptor_nonce, c.peer, c.channel, framed_);
     if (!digests_equal(proof.data(), c.buf, kProof))
       return refuse(c, 0, "repeated rank " + std::to_string(c.peer) + "'s greeting but did not answer the challenge");
     int fd = c.fd;
@@ -257,7 +268,10 @@ class Acceptor {
     fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    if (take_(c.peer, c.channel, fd)) {
+    AdmittedPeer admitted{c.peer, c.channel, fd, {}, {}};
+    std::memcpy(admitted.connector_nonce, c.connector_nonce, kNonce);
+    std::memcpy(admitted.acceptor_nonce, c.acceptor_nonce, kNonce);
+    if (take_(admitted)) {
       --expected_;
     } else {
       refusals_.note_duplicate();
@@ -282,7 +296,9 @@ class Acceptor {
 
   int listen_fd_, my_rank_, size_, num_channels_;
   const std::string& token_;
-  const std::function<bool(int, int, int)>& take_;
+  const bool framed_;
+  const std::function<bool(const AdmittedPeer&)>& take_;
+  std::string fatal_;  // why init cannot succeed, found while admitting (the peers disagree on a setting)
   int expected_ = 0;
   std::vector<std::unique_ptr<Conn>> conns_;
   std::set<std::string> nonces_;  // connector nonces of greetings that proved the secret
@@ -291,13 +307,14 @@ class Acceptor {
 };
 }  // namespace
 
-void accept_peers(int listen_fd, int my_rank, int size, int num_channels, const std::string& token, int expected,
-                  int timeout_ms, const std::function<bool(int, int, int)>& take,
+void accept_peers(int listen_fd, int my_rank, int size, int num_channels, const std::string& token, bool framed,
+                  int expected, int timeout_ms, const std::function<bool(const AdmittedPeer&)>& take,
                   const std::function<std::vector<int>()>& missing_ranks,
                   const std::function<std::string(int)>& describe) {
   set_nonblocking(listen_fd);  // accept() must never wait
-  Acceptor acceptor(listen_fd, my_rank, size, num_channels, token, take);
+  Acceptor acceptor(listen_fd, my_rank, size, num_channels, token, framed, take);
   if (acceptor.run(expected, Clock::now() + std::chrono::milliseconds(timeout_ms))) return;
+  if (!acceptor.fatal().empty()) throw TransportError(acceptor.fatal());
   std::string who, unfinished;
   const std::vector<int> missing = missing_ranks();
   for (int r : missing) {

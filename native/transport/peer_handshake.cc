@@ -33,7 +33,7 @@ void send_greeting(OutgoingPeer& out, int my_rank, const std::string& token, int
   put_u32(hello + 4, static_cast<uint32_t>(my_rank));
   put_u32(hello + 8, static_cast<uint32_t>(out.channel));
   std::memcpy(hello + 12, out.nonce, kNonce);
-  Digest mac = handshake_mac(token, "hello", out.nonce, nullptr, my_rank, out.channel);
+  Digest mac = handshake_mac(token, "hello", out.nonce, nullptr, my_rank, out.channel, out.framed);
   std::memcpy(hello + 12 + kNonce, mac.data(), kMac);
   try {
     send_all(out.fd, hello, sizeof hello, timeout_ms, "greeting " + who);
@@ -70,8 +70,9 @@ Answer read_answer(int fd, uint8_t* buf, size_t n, size_t* got, Clock::time_poin
 }  // namespace
 
 OutgoingPeer greet_peer(const std::string& host, int port, int my_rank, int peer, int channel, const std::string& token,
-                        int timeout_ms, const std::string& who) {
+                        bool framed, int timeout_ms, const std::string& who) {
   OutgoingPeer out;
+  out.framed = framed;
   out.peer = peer;
   out.channel = channel;
   out.host = host;
@@ -89,13 +90,14 @@ void prove_to_peer(OutgoingPeer& out, int my_rank, const std::string& token, int
     size_t got = 0;
     Answer answer = read_answer(out.fd, challenge, sizeof challenge, &got, deadline);
     if (answer == Answer::kComplete) {
-      Digest expected = handshake_mac(token, "acceptor", out.nonce, challenge, my_rank, out.channel);
+      Digest expected = handshake_mac(token, "acceptor", out.nonce, challenge, my_rank, out.channel, out.framed);
       if (!digests_equal(expected.data(), challenge + kNonce, kMac))
         throw TransportError("the process listening at " + who +
                              "'s address did not prove it belongs to this job "
                              "(another job's rank, or a stale address): refusing to connect");
-      Digest proof = handshake_mac(token, "connector", out.nonce, challenge, my_rank, out.channel);
+      Digest proof = handshake_mac(token, "connector", out.nonce, challenge, my_rank, out.channel, out.framed);
       send_all(out.fd, proof.data(), proof.size(), ms_until(deadline) + 1000, "proving this rank to " + who);
+      std::memcpy(out.acceptor_nonce, challenge, kNonce);
       return;
     }
     const int waited_s =
@@ -104,6 +106,10 @@ void prove_to_peer(OutgoingPeer& out, int my_rank, const std::string& token, int
       throw TransportError("timed out after " + std::to_string(waited_s) + " s waiting for " + who +
                            " to answer our handshake (" + who +
                            " answers once it has connected to the ranks below it: one of them may be stuck)");
+    if (got == 1 && challenge[0] == kRefusedMode)
+      throw TransportError(who + " refused this rank's connection: " + kModeSetting + " is " +
+                           (out.framed ? "on" : "off") + " on this rank and " + (out.framed ? "off" : "on") + " on " +
+                           who + "; set it alike on every rank (the launchers pass the driver's value on)");
     if (got == 1 && challenge[0] == kRefusedSecret)
       throw TransportError(who + " refused this rank's proof of the job's secret: the process listening at its " +
                            "address belongs to another job (another job's rank, or a stale address)");

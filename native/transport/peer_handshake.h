@@ -26,12 +26,14 @@ struct OutgoingPeer {
   int channel = 0;
   std::string host;
   int port = 0;
+  bool framed = false;  // HOROVOD_SPARK_DATA_PLANE_AUTH on this rank
   uint8_t nonce[peer_wire::kNonce] = {};
+  uint8_t acceptor_nonce[peer_wire::kNonce] = {};  // once proven
 };
 
 // Connects to `peer` at host:port and sends the greeting for `channel`.
 OutgoingPeer greet_peer(const std::string& host, int port, int my_rank, int peer, int channel, const std::string& token,
-                        int timeout_ms, const std::string& who);
+                        bool framed, int timeout_ms, const std::string& who);
 // Reads the acceptor's challenge, checks it proves the token, and answers it; connects and greets
 // again while the acceptor closes the connection unanswered. Throws TransportError naming `who`
 // when the peer proves it is not of this job, or does not answer within timeout_ms.

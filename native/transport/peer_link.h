@@ -18,6 +18,10 @@ class PeerLink {
   // an element of a message that started aligned (see alignment()).
   virtual std::pair<const uint8_t*, size_t> peek() = 0;
   virtual void consume(size_t n) = 0;
+  // Writes out bytes that try_send took but held back (an authenticated frame not yet written
+  // whole, tcp_link.h); true when none are left. A send is complete only once this is true.
+  virtual bool flush() { return true; }
+  virtual bool holds_unsent() const { return false; }
   // Every message occupies a multiple of this many bytes in the stream (both sides pad alike).
   virtual size_t alignment() const { return 1; }
   // Tells the peer that data was written, waking it if it sleeps.

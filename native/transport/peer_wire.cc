@@ -29,13 +29,27 @@ void random_nonce(uint8_t* out) {
 }
 
 Digest handshake_mac(const std::string& token, const char* label, const uint8_t* connector_nonce,
-                     const uint8_t* acceptor_nonce, int rank, int channel) {
+                     const uint8_t* acceptor_nonce, int rank, int channel, bool framed) {
   std::string msg(label);
   msg.append(reinterpret_cast<const char*>(connector_nonce), kNonce);
   if (acceptor_nonce) msg.append(reinterpret_cast<const char*>(acceptor_nonce), kNonce);
   uint8_t ids[8];
   put_u32(ids, static_cast<uint32_t>(rank));
   put_u32(ids + 4, static_cast<uint32_t>(channel));
+  msg.append(reinterpret_cast<const char*>(ids), sizeof ids);
+  if (framed) msg.push_back('F');  // (plain links keep the greeting of releases without frames)
+  return hmac_sha256(token, msg);
+}
+
+Digest frame_key(const std::string& token, const uint8_t* connector_nonce, const uint8_t* acceptor_nonce, int from,
+                 int to, int channel) {
+  std::string msg("frames");
+  msg.append(reinterpret_cast<const char*>(connector_nonce), kNonce);
+  msg.append(reinterpret_cast<const char*>(acceptor_nonce), kNonce);
+  uint8_t ids[12];
+  put_u32(ids, static_cast<uint32_t>(from));
+  put_u32(ids + 4, static_cast<uint32_t>(to));
+  put_u32(ids + 8, static_cast<uint32_t>(channel));
   msg.append(reinterpret_cast<const char*>(ids), sizeof ids);
   return hmac_sha256(token, msg);
 }

@@ -304,7 +304,8 @@ void Transport::exchange(const std::vector<SendSpec>& sends, const std::vector<R
         notify_written(s.peer, s.link);
         progress = true;
       }
-      if (s.off == s.total && (!s.single_copy || s.single_copy->copied_by_peer() >= s.await_copied)) {
+      if (s.off == s.total && s.link->flush() &&
+          (!s.single_copy || s.single_copy->copied_by_peer() >= s.await_copied)) {
         s.done = true;
         progress = true;
         --pending;
@@ -403,7 +404,7 @@ bool Transport::pop_control(int peer, std::string* msg) {
 
 bool Transport::has_unsent_control() const {
   for (int p = 0; p < size_; ++p)
-    if (p != rank_ && !queues_[p].out.empty() && !gone_[p]) return true;
+    if (p != rank_ && !gone_[p] && (!queues_[p].out.empty() || (ctrl_[p] && ctrl_[p]->holds_unsent()))) return true;
   return false;
 }
 
@@ -419,6 +420,8 @@ bool Transport::progress_control() {
       size_t n;
       try {
         n = send_or_wait_for_space(l, reinterpret_cast<const uint8_t*>(m.data()) + q.out_off, m.size() - q.out_off);
+      } catch (const DataAlteredError&) {
+        throw;
       } catch (const TransportError&) {
         break;  // the liveness socket reports the peer's fate
       }
@@ -435,6 +438,8 @@ bool Transport::progress_control() {
       std::pair<const uint8_t*, size_t> span;
       try {
         span = l->peek();
+      } catch (const DataAlteredError&) {
+        throw;
       } catch (const TransportError&) {
         break;
       }
@@ -453,6 +458,11 @@ bool Transport::progress_control() {
     }
     if (pos) q.in.erase(0, pos);
     if (q.out.empty()) l->wait_for_space(false);
+    try {
+      l->flush();
+    } catch (const TransportError&) {
+      // as above: the liveness socket reports the peer's fate
+    }
     if (sent) notify_written(p, l);
     if (received) l->notify_space_freed();
     progress = progress || sent || received;
@@ -483,10 +493,14 @@ void Transport::close() {
   // Flush what we owe peers (bounded), then say goodbye so they know this was no crash. (Nothing
   // to flush when connect() never ran: hvd.init() failed between creating and starting.)
   for (int i = 0; i < 200 && size_ > 1 && static_cast<int>(queues_.size()) == size_; ++i) {
-    progress_control();
+    try {
+      progress_control();
+    } catch (const TransportError&) {
+      break;  // an altered frame (the error is already ours to send): say it below regardless
+    }
     bool empty = true;
     for (int p = 0; p < size_; ++p)
-      if (p != rank_ && !gone_[p] && !queues_[p].out.empty()) empty = false;
+      if (p != rank_ && !gone_[p] && (!queues_[p].out.empty() || (ctrl_[p] && ctrl_[p]->holds_unsent()))) empty = false;
     if (empty) break;
     usleep(1000);
   }

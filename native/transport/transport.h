@@ -33,7 +33,12 @@ struct TransportOptions {
   // sender's memory (single_copy.h) where the host allows it; 0: always through the ring.
   size_t shm_single_copy_bytes = 1 << 20;
   bool disable_shm = false;       // HOROVOD_SHM_DISABLE=1: force TCP between local ranks
+  // HOROVOD_SPARK_DATA_PLANE_AUTH: every TCP control and data link carries authenticated frames
+  // (tcp_link.h); both ends must agree, which the handshake checks (peer_handshake.h).
+  bool data_plane_auth = false;
 };
+
+struct FrameKeys;
 
 class Transport {
  public:
@@ -112,6 +117,8 @@ class Transport {
     std::string in;
     std::deque<std::string> ready;
   };
+  // The keys of the authenticated TCP link to `peer` on `channel` (null when the setting is off).
+  std::unique_ptr<FrameKeys> frame_keys(int peer, int channel, const uint8_t* nonces) const;
   void setup_shared_memory(const std::vector<PeerAddress>& peers, const TransportOptions& opt);
   // Per local peer: may this rank read its memory? Writes the answer into the ring it reads.
   void probe_single_copy(const std::vector<int>& locals);

@@ -3,6 +3,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
+#include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -41,6 +44,9 @@ void Transport::connect(const std::vector<PeerAddress>& peers, const TransportOp
   if (size_ == 1) return;
 
   std::vector<int> data_fd(size_, -1), ctrl_fd(size_, -1);
+  // Per peer and channel, the handshake's nonces (connector's, acceptor's) that its link's keys
+  // derive from.
+  std::vector<std::array<std::array<uint8_t, 2 * peer_wire::kNonce>, 3>> nonces(size_);
   auto channels_for = [&](int peer) { return is_local(peer) ? 1 : 3; };
   auto slot_of = [&](int peer, int channel) -> int& {
     return (channel == kLiveness ? live_fd_ : channel == kControl ? ctrl_fd : data_fd)[peer];
@@ -54,11 +60,13 @@ void Transport::connect(const std::vector<PeerAddress>& peers, const TransportOp
     for (int peer = 0; peer < rank_; ++peer)
       for (int ch = 0; ch < channels_for(peer); ++ch)
         outgoing.push_back(greet_peer(peers[peer].host, peers[peer].port, rank_, peer, ch, opt.job_token,
-                                      opt.connect_timeout_ms, describe(peer)));
+                                      opt.data_plane_auth, opt.connect_timeout_ms, describe(peer)));
     for (auto& out : outgoing) {
       prove_to_peer(out, rank_, opt.job_token, opt.connect_timeout_ms, describe(out.peer));
       if (out.channel == kLiveness) watch_peer_liveness(out.fd);
       slot_of(out.peer, out.channel) = out.fd;
+      std::memcpy(nonces[out.peer][out.channel].data(), out.nonce, peer_wire::kNonce);
+      std::memcpy(nonces[out.peer][out.channel].data() + peer_wire::kNonce, out.acceptor_nonce, peer_wire::kNonce);
       out.fd = -1;
     }
   } catch (...) {
@@ -68,10 +76,12 @@ void Transport::connect(const std::vector<PeerAddress>& peers, const TransportOp
   }
   int expected = 0;
   for (int peer = rank_ + 1; peer < size_; ++peer) expected += channels_for(peer);
-  auto take = [&](int peer, int channel, int fd) {
-    if (channel >= channels_for(peer) || slot_of(peer, channel) >= 0) return false;
-    if (channel == kLiveness) watch_peer_liveness(fd);
-    slot_of(peer, channel) = fd;
+  auto take = [&](const AdmittedPeer& a) {
+    if (a.channel >= channels_for(a.peer) || slot_of(a.peer, a.channel) >= 0) return false;
+    if (a.channel == kLiveness) watch_peer_liveness(a.fd);
+    slot_of(a.peer, a.channel) = a.fd;
+    std::memcpy(nonces[a.peer][a.channel].data(), a.connector_nonce, peer_wire::kNonce);
+    std::memcpy(nonces[a.peer][a.channel].data() + peer_wire::kNonce, a.acceptor_nonce, peer_wire::kNonce);
     return true;
   };
   auto missing = [&]() {
@@ -84,19 +94,33 @@ void Transport::connect(const std::vector<PeerAddress>& peers, const TransportOp
         }
     return ranks;
   };
-  accept_peers(listen_fd_, rank_, size_, kData + 1, opt.job_token, expected, opt.connect_timeout_ms, take, missing,
-               [&](int peer) { return describe(peer); });
+  accept_peers(listen_fd_, rank_, size_, kData + 1, opt.job_token, opt.data_plane_auth, expected,
+               opt.connect_timeout_ms, take, missing, [&](int peer) { return describe(peer); });
   ::close(listen_fd_);
   listen_fd_ = -1;
 
   for (int peer = 0; peer < size_; ++peer) {
     if (peer == rank_ || is_local(peer)) continue;
-    ctrl_[peer].reset(new TcpLink(ctrl_fd[peer], peer));
-    data_[peer].reset(new TcpLink(data_fd[peer], peer));
+    ctrl_[peer].reset(new TcpLink(ctrl_fd[peer], peer, frame_keys(peer, kControl, nonces[peer][kControl].data())));
+    data_[peer].reset(new TcpLink(data_fd[peer], peer, frame_keys(peer, kData, nonces[peer][kData].data())));
     remote_fds_.push_back(ctrl_fd[peer]);
     remote_fds_.push_back(data_fd[peer]);
   }
   if (local_size_ > 1) setup_shared_memory(peers, opt);
+}
+
+std::unique_ptr<FrameKeys> Transport::frame_keys(int peer, int channel, const uint8_t* nonces) const {
+  if (!opt_.data_plane_auth) return nullptr;
+  std::unique_ptr<FrameKeys> keys(new FrameKeys);
+  const uint8_t* cn = nonces;
+  const uint8_t* an = nonces + peer_wire::kNonce;
+  Digest send = peer_wire::frame_key(opt_.job_token, cn, an, rank_, peer, channel);
+  Digest recv = peer_wire::frame_key(opt_.job_token, cn, an, peer, rank_, channel);
+  std::memcpy(keys->send, send.data(), sizeof keys->send);
+  std::memcpy(keys->recv, recv.data(), sizeof keys->recv);
+  keys->link = "from " + describe(peer) + " to " + describe(rank_) + " (" + (channel == kData ? "data" : "control") +
+               " channel)";
+  return keys;
 }
 
 void Transport::setup_shared_memory(const std::vector<PeerAddress>& peers, const TransportOptions& opt) {

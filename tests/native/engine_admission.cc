@@ -87,10 +87,10 @@ struct Accepted {
 void accept_rank1(int listen_fd, int timeout_ms, Accepted* got) {
   try {
     hs::accept_peers(
-        listen_fd, 0, 2, kChannels, kToken, kChannels, timeout_ms,
-        [&](int peer, int channel, int fd) {
-          if (peer != 1 || got->fds[channel] >= 0) return false;
-          got->fds[channel] = fd;
+        listen_fd, 0, 2, kChannels, kToken, false, kChannels, timeout_ms,
+        [&](const hs::AdmittedPeer& a) {
+          if (a.peer != 1 || got->fds[a.channel] >= 0) return false;
+          got->fds[a.channel] = a.fd;
           return true;
         },
         [&] {
@@ -107,7 +107,7 @@ std::string connect_as_rank1(int port, const std::string& token, int fds[kChanne
   std::vector<hs::OutgoingPeer> out;
   try {
     for (int ch = 0; ch < kChannels; ++ch)
-      out.push_back(hs::greet_peer("127.0.0.1", port, 1, 0, ch, token, 60000, "rank 0"));
+      out.push_back(hs::greet_peer("127.0.0.1", port, 1, 0, ch, token, false, 60000, "rank 0"));
     for (auto& o : out) hs::prove_to_peer(o, 1, token, 60000, "rank 0");
   } catch (const std::exception& e) {
     for (auto& o : out)

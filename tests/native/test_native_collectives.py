@@ -59,12 +59,14 @@ def binaries(tmp_path_factory):
     engine_tests = objects(os.path.join(TESTS, "engine_*.cc"), ["-I" + TESTS])
     test_reduce = _compile(os.path.join(TESTS, "test_reduce.cc"), os.path.join(out, "test_reduce.o"))
     test_coll = _compile(os.path.join(TESTS, "test_collectives.cc"), os.path.join(out, "test_collectives.o"))
+    test_frame_mac = _compile(os.path.join(TESTS, "test_frame_mac.cc"), os.path.join(out, "test_frame_mac.o"))
     test_adasum = _compile(os.path.join(TESTS, "test_adasum.cc"), os.path.join(out, "test_adasum.o"))
     test_engine = _compile(os.path.join(TESTS, "test_engine.cc"), os.path.join(out, "test_engine.o"), ["-I" + TESTS])
     return {
         "reduce": _link([test_reduce, *common], os.path.join(out, "test_reduce")),
         "reduce_generic": _link([test_reduce, *generic], os.path.join(out, "test_reduce_generic")),
         "collectives": _link([test_coll, *common, *collectives], os.path.join(out, "test_collectives")),
+        "frame_mac": _link([test_frame_mac, *common], os.path.join(out, "test_frame_mac")),
         "adasum": _link([test_adasum, *common, *collectives], os.path.join(out, "test_adasum")),
         "engine": _link([test_engine, *engine_tests, *engine, *common, *collectives], os.path.join(out, "test_engine"),
                         ["-lrt", "-ldl"]),
@@ -87,6 +89,13 @@ def test_reduction_kernels(binaries, variant):
 def test_collectives(binaries):
     """Every collective x dtype x size x group size over the in-process thread transport."""
     _run(binaries["collectives"], timeout=300)
+
+
+def test_frame_mac(binaries):
+    """ChaCha20 and Poly1305 against RFC 8439's test vectors; prints the MAC's throughput."""
+    output = _run(binaries["frame_mac"], timeout=120)
+    assert " 0 failures" in output, output
+    print(output)
 
 
 def test_adasum(binaries):

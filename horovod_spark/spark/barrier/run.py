@@ -1,10 +1,11 @@
 """``horovod_spark.run`` on a classic SparkSession: ``num_proc`` ranks in one barrier job of the SparkContext."""
 import functools
+import os
 import uuid
 from typing import Any, Callable, List, Optional
 
 from horovod_spark import session as spark_session
-from horovod_spark.common import config, wire
+from horovod_spark.common import config, data_plane_auth, wire
 from horovod_spark.spark.driver import preflight
 from horovod_spark.spark.driver.output import OutputSink
 from horovod_spark.spark.driver.results import ResultSpool
@@ -52,7 +53,8 @@ def run_barrier(fn: Callable, args, kwargs: Optional[dict], options: SparkRunOpt
     log(2, "driver service on %s:%d (bound to %s)" % (addrs[0], service.port, bind))
     spec = TaskSpec(job_id=job_id, driver_addrs=addrs, port=service.port, key=key, num_proc=num_proc,
                     call=call, start_timeout=start_timeout, host_key_mode=host_mode, env=rank_env,
-                    use_mpi=use_mpi, executable=executable, tls=service.tls is not None)
+                    use_mpi=use_mpi, executable=executable, tls=service.tls is not None,
+                    data_plane_auth=data_plane_auth.resolved({**os.environ, **rank_env}))
 
     def notify():
         with service.condition:

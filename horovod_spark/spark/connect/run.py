@@ -11,6 +11,7 @@ differs from a classic session follows from that:
   operation (``interruptTag``);
 - MPI mode is refused: mpirun runs on the driver and needs to reach the executors.
 """
+import os
 import pickle
 import re
 import threading
@@ -21,7 +22,7 @@ from typing import Any, List, Optional
 import cloudpickle
 
 from horovod_spark import session as spark_session
-from horovod_spark.common import config, wire, wire_tls
+from horovod_spark.common import config, data_plane_auth, wire, wire_tls
 from horovod_spark.exceptions import HorovodSparkError, SparkRankFailedError, StartTimeoutError
 from horovod_spark.spark.driver import preflight
 from horovod_spark.spark.driver.output import OutputSink
@@ -194,7 +195,8 @@ def run_connect(session, fn, args, kwargs, options: SparkRunOptions) -> List[Any
     spec = ConnectSpec(job_id=job_id, key=wire.make_secret(), num_proc=num_proc, call=call,
                        start_timeout=start_timeout, host_key_mode=config.SPARK_HOST_KEY.get(), env=rank_env,
                        executable=options.executable, tls=wire_tls.enabled(),
-                       max_result_bytes=config.SPARK_MAX_RESULT_BYTES.get())
+                       max_result_bytes=config.SPARK_MAX_RESULT_BYTES.get(),
+                       data_plane_auth=data_plane_auth.resolved({**os.environ, **rank_env}))
     df = session.range(0, num_proc, 1, num_proc).mapInPandas(_stage_fn(spec), SCHEMA, barrier=True)
     interval = _report_interval_s(session)
     stage_wait = config.SPARK_SLOT_WAIT.get() + _STAGE_GRACE_S + 2 * interval if interval else None

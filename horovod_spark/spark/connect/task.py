@@ -52,11 +52,13 @@ class ConnectSpec:
     executable: Optional[str] = None
     tls: bool = False  # HOROVOD_SPARK_TLS on the client: rank 0's service speaks TLS
     max_result_bytes: Optional[int] = None  # HOROVOD_SPARK_MAX_RESULT_BYTES on the client
+    data_plane_auth: bool = False  # HOROVOD_SPARK_DATA_PLANE_AUTH as the client resolved it
 
     def task_spec(self, addrs: List[str], port: int, tls: bool) -> TaskSpec:
         return TaskSpec(job_id=self.job_id, driver_addrs=addrs, port=port, key=self.key, num_proc=self.num_proc,
                         call=self.call, start_timeout=self.start_timeout, host_key_mode=self.host_key_mode,
-                        env=dict(self.env), use_mpi=False, executable=self.executable, tls=tls)
+                        env=dict(self.env), use_mpi=False, executable=self.executable, tls=tls,
+                        data_plane_auth=self.data_plane_auth)
 
 
 class _OutputLog:

@@ -14,6 +14,7 @@ The ranks' output reaches the driver as ``run()``'s does (``elastic_output.py``)
 """
 import functools
 import logging
+import os
 import sys
 import threading
 import time
@@ -21,7 +22,7 @@ import uuid
 from typing import Any, Callable, Dict, List, Optional
 
 from horovod_spark import session as spark_session
-from horovod_spark.common import config, source_pickle, wire
+from horovod_spark.common import config, data_plane_auth, source_pickle, wire
 from horovod_spark.common.kv_client import KVClient
 from horovod_spark.common.kv_server import KVStoreServer
 from horovod_spark.exceptions import ElasticJobError, HorovodSparkError
@@ -154,6 +155,8 @@ def run_elastic_with_options(fn: Callable, args, kwargs: Optional[dict], options
         server.put(scope, run_local_rank.SYS_PATH_KEY, wire.encode_message([p for p in sys.path if p]))
         payload = source_pickle.dumps((fn, tuple(args), dict(kwargs or {})))
         _put_blob(server, scope, run_local_rank.FN_KEY, payload)
+        # Every executor's ranks get the driver's data-plane setting, whatever their own environment says.
+        rank_env.update(data_plane_auth.rank_env(data_plane_auth.resolved({**os.environ, **rank_env})))
         spec = ElasticTaskSpec(job_id, addrs, port, secret, elastic_timeout + lost_after + _RANK_WAIT_MARGIN_S,
                                rank_env, executable)
 

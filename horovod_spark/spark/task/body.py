@@ -15,7 +15,7 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
-from horovod_spark.common import config, wire
+from horovod_spark.common import config, data_plane_auth, wire
 from horovod_spark.common.kv_client import KVClient
 from horovod_spark.spark.driver import results
 from horovod_spark.spark.mpi.task import MpiDaemonSlot
@@ -47,6 +47,7 @@ class TaskSpec:
     use_mpi: bool = False
     executable: Optional[str] = None  # the ranks' Python; None: this executor's own
     tls: bool = False  # the driver service speaks TLS (HOROVOD_SPARK_TLS on the driver)
+    data_plane_auth: bool = False  # HOROVOD_SPARK_DATA_PLANE_AUTH as the driver resolved it
 
     @property
     def python(self) -> str:
@@ -129,6 +130,7 @@ def rank_env(spec: TaskSpec, addr: str, place: placement_mod.Placement, gpus: Li
         config.RENDEZVOUS_PORT.name: str(spec.port),
         config.SECRET_KEY.name: spec.key.hex(),
         config.SPARK_TLS.name: "1" if spec.tls else "0",
+        **data_plane_auth.rank_env(spec.data_plane_auth),
         config.RUN_SCOPE.name: spec.job_id,
         config.SPARK_WORKDIR.name: workdir,
         "PYTHONUNBUFFERED": "1",  # lines reach the driver as they are printed, not at exit
