@@ -340,6 +340,7 @@ PYBIND11_MODULE(_core, m) {
     d["data_timeout_seconds"] = c.data_timeout_seconds;
     d["start_timeout_seconds"] = c.start_timeout_seconds;
     d["shm_disable"] = c.shm_disable;
+    d["yield_when_idle"] = c.yield_when_idle;
     d["shm_ring_bytes"] = c.shm_ring_bytes;
     d["shm_single_copy_bytes"] = c.shm_single_copy_bytes;
     d["speculative_allreduce"] = c.speculative_allreduce;

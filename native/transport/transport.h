@@ -33,6 +33,9 @@ struct TransportOptions {
   // sender's memory (single_copy.h) where the host allows it; 0: always through the ring.
   size_t shm_single_copy_bytes = 1 << 20;
   bool disable_shm = false;       // HOROVOD_SHM_DISABLE=1: force TCP between local ranks
+  // HOROVOD_YIELD_WHEN_IDLE=1: wait as if this host's CPUs were shared, for ranks whose CPUs are
+  // shared with ranks this one cannot see (other hosts that are containers or namespaces on one machine).
+  bool yield_when_idle = false;
 };
 
 class Transport {
