@@ -110,6 +110,8 @@ def remote_shell(directory):
 def run_horovod_spark(hosts, sizes, hierarchical, timeout):
     env = worker_env()
     env["HOROVOD_HIERARCHICAL_ALLREDUCE"] = "1" if hierarchical else "0"
+    if oversubscribed(hosts):  # as the MPIs are told (mpi_yield_when_idle, I_MPI_WAIT_MODE)
+        env["HOROVOD_YIELD_WHEN_IDLE"] = "1"
     argv = [sys.executable, os.path.join(WORKERS, "hs_allreduce.py"), "--sizes", sizes, "--quick"]
     with NetnsRanks(hosts, [RANKS_PER_HOST] * hosts.n, argv, env=env, marker=MARKER) as job:
         codes = job.wait(timeout)

@@ -309,6 +309,10 @@ DATA_TIMEOUT_SECONDS = _define("HOROVOD_DATA_TIMEOUT_SECONDS", core_number(1, "s
                                "between ranks that makes no progress this long fails the job.", read_by=CORE)
 SHM_DISABLE = _define("HOROVOD_SHM_DISABLE", FLAG, False, "Use TCP between ranks on one host instead of "
                       "shared memory.", read_by=CORE)
+YIELD_WHEN_IDLE = _define("HOROVOD_YIELD_WHEN_IDLE", FLAG, False, "Ranks waiting for their peers yield the CPU "
+                          "at once instead of spinning first, as they do anyway when a host's ranks outnumber its "
+                          "CPUs. For ranks that share CPUs with ranks of other hosts (containers or network "
+                          "namespaces on one machine), which no rank can see.", read_by=CORE)
 SHM_RING_BYTES = _define("HOROVOD_SHM_RING_BYTES", core_number(65536, "bytes"), 4194304, "Size of each "
                          "shared-memory ring between two ranks on one host (rounded down to a multiple of 4096).",
                          read_by=CORE)

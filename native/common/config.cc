@@ -114,6 +114,7 @@ Config Config::from_env() {
   c.start_timeout_seconds = env_number("HOROVOD_START_TIMEOUT", c.start_timeout_seconds, 1);
   c.shm_disable = env_flag("HOROVOD_SHM_DISABLE", c.shm_disable);
   c.data_plane_auth = data_plane_auth_flag();
+  c.yield_when_idle = env_flag("HOROVOD_YIELD_WHEN_IDLE", c.yield_when_idle);
   c.speculative_allreduce = env_flag("HOROVOD_SPECULATIVE_ALLREDUCE", c.speculative_allreduce);
   c.shm_ring_bytes =
       static_cast<size_t>(env_number("HOROVOD_SHM_RING_BYTES", static_cast<double>(c.shm_ring_bytes), 65536));

@@ -24,6 +24,7 @@ struct Config {
   double start_timeout_seconds = 120;           // HOROVOD_START_TIMEOUT
   bool shm_disable = false;                     // HOROVOD_SHM_DISABLE
   bool data_plane_auth = false;                 // HOROVOD_SPARK_DATA_PLANE_AUTH (default: HOROVOD_SPARK_TLS)
+  bool yield_when_idle = false;                 // HOROVOD_YIELD_WHEN_IDLE: never spin while waiting
   size_t shm_ring_bytes = size_t(4) << 20;      // HOROVOD_SHM_RING_BYTES
   size_t shm_single_copy_bytes = size_t(1) << 20;  // HOROVOD_SHM_SINGLE_COPY_BYTES (0 disables)
   bool speculative_allreduce = true;            // HOROVOD_SPECULATIVE_ALLREDUCE (0 disables)

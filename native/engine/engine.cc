@@ -54,6 +54,7 @@ void Engine::start(const std::vector<PeerAddress>& peers, const std::string& job
   opt.shm_single_copy_bytes = cfg_.shm_single_copy_bytes;
   opt.disable_shm = cfg_.shm_disable;
   opt.data_plane_auth = cfg_.data_plane_auth;
+  opt.yield_when_idle = cfg_.yield_when_idle;
   transport_.connect(peers, opt);
   agree_on_hierarchy();
   add_group(0, process_sets_[0]);

@@ -341,6 +341,7 @@ PYBIND11_MODULE(_core, m) {
     d["start_timeout_seconds"] = c.start_timeout_seconds;
     d["shm_disable"] = c.shm_disable;
     d["data_plane_auth"] = c.data_plane_auth;
+    d["yield_when_idle"] = c.yield_when_idle;
     d["shm_ring_bytes"] = c.shm_ring_bytes;
     d["shm_single_copy_bytes"] = c.shm_single_copy_bytes;
     d["speculative_allreduce"] = c.speculative_allreduce;

@@ -33,6 +33,9 @@ constexpr size_t kMaxChunk = 256 << 10;  // bounded pieces let the receiver star
 // yielding gives way to sleeping on the doorbell.
 constexpr int64_t kSpinUs = 50;
 constexpr int64_t kYieldUs = 500;
+// How long a wait that watches sockets sleeps on them before it looks at the shared-memory
+// doorbell again.
+constexpr int64_t kSocketSliceUs = 50;
 
 // try_send; on a full ring, tell the reader we wait for space and try once more, so that room
 // freed in between is never missed (see PeerLink::wait_for_space).
@@ -131,16 +134,19 @@ void Transport::wait_for_activity(uint32_t token, int timeout_us) {
     doorbell_wait(my_bell_, token, timeout_us, &Transport::has_news_thunk, this);
     return;
   }
-  // Sockets and the futex cannot be waited on together: poll the sockets in short slices and
-  // look at the doorbell between them.
-  std::vector<pollfd> fds;
+  // Sockets and the futex cannot be waited on together. Sleep in the kernel on the sockets, in
+  // slices short enough that the doorbell is looked at often: a futex sleep here would leave a
+  // message from another host unread until it timed out (the slices of ppoll are microseconds;
+  // poll's milliseconds would be far too coarse).
+  static thread_local std::vector<pollfd> fds;
+  fds.clear();
   for (int fd : remote_fds_) fds.push_back({fd, POLLIN, 0});
   int64_t end = now_us() + timeout_us;
   while (my_bell_->seq.load() == token && !has_news()) {
-    int slice = static_cast<int>(std::min<int64_t>(end - now_us(), 200));
+    int64_t slice = std::min<int64_t>(end - now_us(), kSocketSliceUs);
     if (slice <= 0) return;
-    if (poll(fds.data(), fds.size(), slice > 1000 ? slice / 1000 : 0) > 0) return;
-    doorbell_wait(my_bell_, token, slice, &Transport::has_news_thunk, this);
+    timespec ts{0, static_cast<long>(slice * 1000)};
+    if (ppoll(fds.data(), fds.size(), &ts, nullptr) > 0) return;
   }
 }
 

@@ -36,6 +36,9 @@ struct TransportOptions {
   // HOROVOD_SPARK_DATA_PLANE_AUTH: every TCP control and data link carries authenticated frames
   // (tcp_link.h); both ends must agree, which the handshake checks (peer_handshake.h).
   bool data_plane_auth = false;
+  // HOROVOD_YIELD_WHEN_IDLE=1: wait as if this host's CPUs were shared, for ranks whose CPUs are
+  // shared with ranks this one cannot see (other hosts that are containers or namespaces on one machine).
+  bool yield_when_idle = false;
 };
 
 struct FrameKeys;

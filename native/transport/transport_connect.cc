@@ -40,7 +40,7 @@ void Transport::connect(const std::vector<PeerAddress>& peers, const TransportOp
   for (int r = 0; r < size_; ++r) same_host += peers[r].host_id == peers[rank_].host_id;
   // Without shared memory between them, the local ranks' masks stay unknown: go by this rank's.
   local_cpus_ = usable_cpus();
-  oversubscribed_ = same_host > local_cpus_;
+  oversubscribed_ = same_host > local_cpus_ || opt.yield_when_idle;
   if (size_ == 1) return;
 
   std::vector<int> data_fd(size_, -1), ctrl_fd(size_, -1);
@@ -209,7 +209,7 @@ void Transport::decide_cpu_sharing(const std::vector<int>& locals) {
     masks.push_back(m);
   }
   local_cpus_ = std::max(1, cpus_in_union(masks));
-  oversubscribed_ = !each_has_own_cpu(masks);
+  oversubscribed_ = !each_has_own_cpu(masks) || opt_.yield_when_idle;
 }
 
 void Transport::probe_single_copy(const std::vector<int>& locals) {

@@ -141,6 +141,7 @@ CORE_KEYS = {
     "HOROVOD_TIMELINE_MARK_CYCLES": "timeline_mark_cycles", "HOROVOD_DATA_TIMEOUT_SECONDS": "data_timeout_seconds",
     "HOROVOD_START_TIMEOUT": "start_timeout_seconds", "HOROVOD_SHM_DISABLE": "shm_disable",
     "HOROVOD_SPARK_DATA_PLANE_AUTH": "data_plane_auth",
+    "HOROVOD_YIELD_WHEN_IDLE": "yield_when_idle",
     "HOROVOD_SHM_RING_BYTES": "shm_ring_bytes", "HOROVOD_SHM_SINGLE_COPY_BYTES": "shm_single_copy_bytes",
     "HOROVOD_SPECULATIVE_ALLREDUCE": "speculative_allreduce",
     "HOROVOD_HIERARCHICAL_ALLREDUCE": "hierarchical_allreduce",
