@@ -87,6 +87,24 @@ def check_blocking_call_under_a_name_in_flight(hvd):
     assert hvd.allreduce(torch.ones(4), op=hvd.Sum).tolist() == [float(hvd.size())] * 4
 
 
+def check_names_reach_the_core_alike_on_every_path(hvd):
+    # The blocking latency path builds the core name its own way: a str name and any other name
+    # (an int here, formatted with str()) must give the same core name as the async path, so the
+    # second submission of the same name is refused while the first is in flight.
+    r = hvd.rank()
+    handle = None
+    if r == 0:
+        handle = hvd.allreduce_async(torch.ones(4), name=7, op=hvd.Sum)
+        with pytest.raises(ValueError, match="already in flight"):
+            hvd.allreduce_(torch.ones(4), name="7", op=hvd.Sum)
+        with pytest.raises(ValueError, match="already in flight"):
+            hvd.allreduce(torch.ones(4), name=7, op=hvd.Sum)
+    hvd.barrier()
+    if r != 0:
+        handle = hvd.allreduce_async(torch.ones(4), name="7", op=hvd.Sum)
+    assert hvd.synchronize(handle).tolist() == [float(hvd.size())] * 4
+
+
 def check_reducescatter_of_a_scalar_is_refused(hvd):
     with pytest.raises(ValueError, match="scalar"):
         hvd.reducescatter(torch.tensor(float(hvd.rank())), op=hvd.Average)
