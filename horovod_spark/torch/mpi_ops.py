@@ -40,7 +40,9 @@ from horovod_spark.torch._autograd import (
 from horovod_spark.torch._control_ops import barrier, init, join, shutdown
 from horovod_spark.torch._data_ops import (
     allgather_async,
+    allgather_now,
     alltoall_async,
+    alltoall_now,
     broadcast_async,
     broadcast_async_,
     grouped_allgather_async,
@@ -60,6 +62,7 @@ from horovod_spark.torch._reduce_ops import (
     grouped_reducescatter_async,
     handle_average_backwards_compatibility,
     reducescatter_async,
+    reducescatter_now,
     sparse_allreduce_async,
 )
 from horovod_spark.torch.compression import Compression
@@ -138,7 +141,7 @@ def allgather(tensor, name=None, process_set=global_process_set):
     """Concatenate every rank's ``tensor`` along dim 0 (sizes may differ per rank)."""
     if needs_autograd((tensor,)):
         return HorovodAllgather.apply(tensor, name, process_set)
-    return synchronize(allgather_async(tensor, name, process_set))
+    return allgather_now(tensor, name, process_set)
 
 
 def grouped_allgather(tensors, name=None, process_set=global_process_set):
@@ -170,7 +173,7 @@ def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
     if needs_autograd((tensor,)):
         output, received_splits = HorovodAlltoall.apply(tensor, splits, name, process_set)
     else:
-        output, received_splits = synchronize(alltoall_async(tensor, splits, name, process_set))
+        output, received_splits = alltoall_now(tensor, splits, name, process_set)
     return output if splits is None else (output, received_splits)
 
 
@@ -181,8 +184,7 @@ def reducescatter(tensor, name=None, compression=Compression.none, op=Average,
     if needs_autograd((compressed,)):
         reduced = HorovodReducescatter.apply(compressed, name, op, prescale_factor, postscale_factor, process_set)
     else:
-        reduced = synchronize(reducescatter_async(compressed, name, op, process_set, prescale_factor,
-                                                  postscale_factor))
+        reduced = reducescatter_now(compressed, name, op, process_set, prescale_factor, postscale_factor)
     return compression.decompress(reduced, ctx)
 
 

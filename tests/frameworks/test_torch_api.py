@@ -313,6 +313,19 @@ def check_data_collectives_record_only_what_autograd_sees(hvd):
         assert hvd.allgather(x).grad_fn is None and hvd.reducescatter(x).grad_fn is None
 
 
+def check_blocking_data_collectives_report_mismatched_shapes(hvd):
+    # The blocking paths raise the core's error naming the mismatch, and the next call works.
+    from horovod_spark.exceptions import HorovodCollectiveError
+
+    r, n = hvd.rank(), hvd.size()
+    for name, call in (("allgather", lambda t: hvd.allgather(t, name="mm.ag")),
+                       ("alltoall", lambda t: hvd.alltoall(t, name="mm.a2a")),
+                       ("reducescatter", lambda t: hvd.reducescatter(t, op=hvd.Sum, name="mm.rs"))):
+        with pytest.raises(HorovodCollectiveError, match="shape"):
+            call(torch.ones(2 * n, 2 + r))
+    assert hvd.allgather(torch.full((r + 1, 2), float(r)), name="mm.ag").shape == (n * (n + 1) // 2, 2)
+
+
 def check_allgather_gradient(hvd):
     r, n = hvd.rank(), hvd.size()
     xs = [_rank_data(i, (i + 1, 2), torch.float64) for i in range(n)]
