@@ -321,8 +321,9 @@ def check_blocking_data_collectives_report_mismatched_shapes(hvd):
     for name, call in (("allgather", lambda t: hvd.allgather(t, name="mm.ag")),
                        ("alltoall", lambda t: hvd.alltoall(t, name="mm.a2a")),
                        ("reducescatter", lambda t: hvd.reducescatter(t, op=hvd.Sum, name="mm.rs"))):
-        with pytest.raises(HorovodCollectiveError, match="shape"):
+        with pytest.raises(HorovodCollectiveError, match="shape") as info:
             call(torch.ones(2 * n, 2 + r))
+        assert name in str(info.value), str(info.value)
     assert hvd.allgather(torch.full((r + 1, 2), float(r)), name="mm.ag").shape == (n * (n + 1) // 2, 2)
 
 
