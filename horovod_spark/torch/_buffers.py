@@ -95,4 +95,5 @@ def from_core(raw, shape, dtype):
         # torch.from_numpy warns on read-only arrays; a copy is the only safe way to hand the
         # caller a tensor they may modify.
         raw = raw.copy()
-    return torch.from_numpy(raw).view(dtype).reshape(tuple(int(d) for d in shape))
+    # view, not reshape: the array is contiguous, and view skips reshape's copy-or-not decision.
+    return torch.from_numpy(raw).view(dtype).view(tuple(shape))

@@ -8,6 +8,7 @@ import torch
 from horovod_spark.common import ops as _core
 from horovod_spark.common.process_sets import global_process_set, root_index
 from horovod_spark.torch import _buffers, _handles, _nccl, _staging
+from horovod_spark.torch._handles import synchronize
 
 
 def _check_allgather(tensor):
@@ -38,6 +39,26 @@ def allgather_async(tensor, name=None, process_set=global_process_set):
         return stage.to_device(_buffers.from_core(raw, shape, out_dtype))
 
     return _handles.register(core_handle, (tensor, src), finish)
+
+
+def on_host_now(tensor):
+    """Whether a blocking collective on ``tensor`` (already checked) may go straight to the core
+    and wait there: a CPU tensor, with CPU collectives not routed through the staging thread. The
+    async path's stage, handle and finish callback then have nothing to do, and skipping them
+    takes a few microseconds off a small collective."""
+    return tensor.is_cpu and not _staging.cpu_on_staging_thread
+
+
+def allgather_now(tensor, name, process_set):
+    """Blocking allgather (``allgather`` when autograd records nothing): the result tensor."""
+    dtype = _check_allgather(tensor)
+    if not on_host_now(tensor):
+        return synchronize(allgather_async(tensor, name, process_set))
+    core_name = _handles.op_name("allgather", name, process_set)
+    src = _buffers.contiguous(tensor)
+    raw, shape = _core.wait(_core.allgather_async(core_name, src.data_ptr(), dtype, tuple(src.shape),
+                                                  _handles.process_set_id(process_set)))
+    return _buffers.from_core(raw, shape, tensor.dtype)
 
 
 def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
@@ -108,6 +129,26 @@ def _splits_list(splits):
             raise ValueError("alltoall splits must be a 1-D tensor, got shape %s" % (tuple(splits.shape),))
         return [int(s) for s in splits.reshape(-1).tolist()]
     return [int(s) for s in splits]
+
+
+def alltoall_now(tensor, splits, name, process_set):
+    """Blocking alltoall (``alltoall`` when autograd records nothing): (output, received splits),
+    the received splits None when ``splits`` is (``alltoall`` then returns the output alone, and
+    building their tensor would cost as much as the rest of the call)."""
+    if not (isinstance(tensor, torch.Tensor) and on_host_now(tensor)) or tensor.dim() == 0:
+        return synchronize(alltoall_async(tensor, splits, name, process_set))
+    dtype = _buffers.check_tensor(tensor)
+    split_list = _splits_list(splits)
+    splits_dtype = splits.dtype if isinstance(splits, torch.Tensor) else torch.int32
+    core_name = _handles.op_name("alltoall", name, process_set)
+    src = _buffers.contiguous(tensor)
+    raw, shape, *rest = _core.wait(_core.alltoall_async(core_name, src.data_ptr(), dtype, tuple(src.shape),
+                                                        split_list, _handles.process_set_id(process_set)))
+    output = _buffers.from_core(raw, shape, tensor.dtype)
+    if splits is None:
+        return output, None
+    received = rest[0] if rest else []
+    return output, torch.as_tensor([int(s) for s in received], dtype=splits_dtype)
 
 
 def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):

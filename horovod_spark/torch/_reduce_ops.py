@@ -9,7 +9,7 @@ import torch
 from horovod_spark.common import ops as _core
 from horovod_spark.common.op_resolution import handle_average_backwards_compatibility, reduce_op
 from horovod_spark.common.process_sets import global_process_set
-from horovod_spark.torch import _buffers, _handles, _nccl, _staging
+from horovod_spark.torch import _buffers, _data_ops, _handles, _nccl, _staging
 from horovod_spark.torch._data_ops import allgather_async
 from horovod_spark.torch._handles import synchronize
 
@@ -276,6 +276,18 @@ def reducescatter_async(tensor, name=None, op=Average, process_set=global_proces
         return stage.to_device(_buffers.from_core(raw, shape, out_dtype))
 
     return _handles.register(core_handle, (tensor, src), finish)
+
+
+def reducescatter_now(tensor, name, op, process_set, prescale_factor, postscale_factor):
+    """Blocking reducescatter (``reducescatter`` when autograd records nothing): this rank's block."""
+    checked = _check_reducescatter(tensor, op)
+    if not _data_ops.on_host_now(tensor):
+        return synchronize(reducescatter_async(tensor, name, op, process_set, prescale_factor, postscale_factor))
+    core_name = _handles.op_name("reducescatter", name, process_set)
+    src = _buffers.contiguous(tensor)
+    raw, shape = _core.wait(_enqueue_reducescatter(src, core_name, checked, prescale_factor, postscale_factor,
+                                                   _handles.process_set_id(process_set))())
+    return _buffers.from_core(raw, shape, tensor.dtype)
 
 
 def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=global_process_set,

@@ -40,7 +40,9 @@ from horovod_spark.torch._autograd import (
 from horovod_spark.torch._control_ops import barrier, init, join, shutdown
 from horovod_spark.torch._data_ops import (
     allgather_async,
+    allgather_now,
     alltoall_async,
+    alltoall_now,
     broadcast_async,
     broadcast_async_,
     grouped_allgather_async,
@@ -60,6 +62,7 @@ from horovod_spark.torch._reduce_ops import (
     grouped_reducescatter_async,
     handle_average_backwards_compatibility,
     reducescatter_async,
+    reducescatter_now,
     sparse_allreduce_async,
 )
 from horovod_spark.torch.compression import Compression
@@ -136,17 +139,24 @@ def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_facto
 
 def allgather(tensor, name=None, process_set=global_process_set):
     """Concatenate every rank's ``tensor`` along dim 0 (sizes may differ per rank)."""
-    return HorovodAllgather.apply(tensor, name, process_set)
+    if needs_autograd((tensor,)):
+        return HorovodAllgather.apply(tensor, name, process_set)
+    return allgather_now(tensor, name, process_set)
 
 
 def grouped_allgather(tensors, name=None, process_set=global_process_set):
     """``allgather`` of each tensor of a list; returns a list."""
+    tensors = list(tensors)
+    if tensors and not needs_autograd(tensors):
+        return synchronize(grouped_allgather_async(tensors, name, process_set))
     return list(HorovodGroupedAllgather.apply(name, process_set, *tensors))
 
 
 def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
     """Root's ``tensor`` on every rank, as a new tensor."""
-    return HorovodBroadcast.apply(tensor, root_rank, name, process_set)
+    if needs_autograd((tensor,)):
+        return HorovodBroadcast.apply(tensor, root_rank, name, process_set)
+    return synchronize(broadcast_async(tensor, root_rank, name, process_set))
 
 
 def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
@@ -160,7 +170,10 @@ def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
     Returns the gathered tensor, and, when ``splits`` was given, also the received splits
     (``(output, received_splits)``), as Horovod does.
     """
-    output, received_splits = HorovodAlltoall.apply(tensor, splits, name, process_set)
+    if needs_autograd((tensor,)):
+        output, received_splits = HorovodAlltoall.apply(tensor, splits, name, process_set)
+    else:
+        output, received_splits = alltoall_now(tensor, splits, name, process_set)
     return output if splits is None else (output, received_splits)
 
 
@@ -168,7 +181,10 @@ def reducescatter(tensor, name=None, compression=Compression.none, op=Average,
                   process_set=global_process_set, prescale_factor=1.0, postscale_factor=1.0):
     """Reduce ``tensor`` over the ranks and return this rank's block of dim 0."""
     compressed, ctx = compression.compress(tensor)
-    reduced = HorovodReducescatter.apply(compressed, name, op, prescale_factor, postscale_factor, process_set)
+    if needs_autograd((compressed,)):
+        reduced = HorovodReducescatter.apply(compressed, name, op, prescale_factor, postscale_factor, process_set)
+    else:
+        reduced = reducescatter_now(compressed, name, op, process_set, prescale_factor, postscale_factor)
     return compression.decompress(reduced, ctx)
 
 
@@ -176,8 +192,12 @@ def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=A
                           process_set=global_process_set, prescale_factor=1.0, postscale_factor=1.0):
     """``reducescatter`` of each tensor of a list; returns a list."""
     compressed, ctxs = zip(*[compression.compress(t) for t in tensors]) if tensors else ((), ())
-    reduced = HorovodGroupedReducescatter.apply(name, op, prescale_factor, postscale_factor, process_set,
-                                                *compressed)
+    if compressed and not needs_autograd(compressed):
+        reduced = synchronize(grouped_reducescatter_async(list(compressed), name, op, process_set, prescale_factor,
+                                                          postscale_factor))
+    else:
+        reduced = HorovodGroupedReducescatter.apply(name, op, prescale_factor, postscale_factor, process_set,
+                                                    *compressed)
     return [compression.decompress(t, ctx) for t, ctx in zip(reduced, ctxs)]
 
 

@@ -10,12 +10,14 @@
 #include <unordered_map>
 #include <vector>
 
+#include "engine/result_buffer.h"
+
 namespace hs {
 
 enum class HandleError { kNone, kCollective, kInternal };
 
 struct HandleResult {
-  std::vector<uint8_t> data;
+  ResultBuffer data;
   std::vector<int64_t> shape;
   std::vector<int64_t> splits;
   int32_t value = 0;

@@ -80,8 +80,8 @@ py::tuple take(Engine& e, int64_t h) {
   HandleResult r = e.handles().take(h, &kind, &message);
   py::object data = py::none();
   if (r.has_data) {
-    auto* owned = new std::vector<uint8_t>(std::move(r.data));
-    py::capsule free_when_done(owned, [](void* p) { delete static_cast<std::vector<uint8_t>*>(p); });
+    auto* owned = new ResultBuffer(std::move(r.data));  // back to the pool when the array dies
+    py::capsule free_when_done(owned, [](void* p) { delete static_cast<ResultBuffer*>(p); });
     data = py::array_t<uint8_t>({static_cast<py::ssize_t>(owned->size())}, {1}, owned->data(), free_when_done);
   }
   return py::make_tuple(static_cast<int>(kind), message, data, py::tuple(py::cast(r.shape)), py::cast(r.splits),
@@ -310,6 +310,7 @@ PYBIND11_MODULE(_core, m) {
     d["hierarchical_allgathers"] = s.hierarchical_allgathers.load();
     d["nccl_collectives"] = s.nccl_collectives.load();
     d["single_copy_bytes"] = e->single_copy_bytes();
+    d["idle_result_bytes"] = static_cast<int64_t>(idle_result_bytes());
     return d;
   });
   m.def(

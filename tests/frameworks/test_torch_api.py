@@ -284,6 +284,49 @@ def check_allreduce_records_only_what_autograd_sees(hvd):
             hvd.allreduce(fwAD.make_dual(xs[r], torch.ones(5, dtype=torch.float64)))
 
 
+def check_data_collectives_record_only_what_autograd_sees(hvd):
+    # allgather, broadcast, alltoall and reducescatter (single and grouped) skip their autograd
+    # Function too when nothing records the call: same values, a new tensor, no graph; a tensor
+    # that requires grad still gets its Function's backward.
+    r, n = hvd.rank(), hvd.size()
+    xs = [_rank_data(i, (2 * n, 3), torch.float64) for i in range(n)]
+    plain = {
+        "allgather": (hvd.allgather(xs[r]), torch.cat(xs)),
+        "grouped_allgather": (hvd.grouped_allgather([xs[r]])[0], torch.cat(xs)),
+        "broadcast": (hvd.broadcast(xs[r], root_rank=0), xs[0]),
+        "alltoall": (hvd.alltoall(xs[r]), torch.cat([x[2 * r:2 * r + 2] for x in xs])),
+        "reducescatter": (hvd.reducescatter(xs[r], op=hvd.Sum), sum(xs)[2 * r:2 * r + 2]),
+        "grouped_reducescatter": (hvd.grouped_reducescatter([xs[r]], op=hvd.Sum)[0], sum(xs)[2 * r:2 * r + 2]),
+    }
+    for name, (got, want) in plain.items():
+        assert got.grad_fn is None and not got.requires_grad and got is not xs[r], name
+        _close(got, want)
+    out, splits = hvd.alltoall(xs[r], splits=torch.tensor([2] * n, dtype=torch.int64))
+    _close(out, plain["alltoall"][1])
+    assert splits.dtype == torch.int64 and splits.tolist() == [2] * n
+    x = xs[r].clone().requires_grad_(True)
+    assert type(hvd.allgather(x).grad_fn).__name__ == "HorovodAllgatherBackward"
+    assert type(hvd.broadcast(x, root_rank=0).grad_fn).__name__ == "HorovodBroadcastBackward"
+    assert type(hvd.alltoall(x).grad_fn).__name__ == "HorovodAlltoallBackward"
+    assert type(hvd.reducescatter(x).grad_fn).__name__ == "HorovodReducescatterBackward"
+    with torch.no_grad():
+        assert hvd.allgather(x).grad_fn is None and hvd.reducescatter(x).grad_fn is None
+
+
+def check_blocking_data_collectives_report_mismatched_shapes(hvd):
+    # The blocking paths raise the core's error naming the mismatch, and the next call works.
+    from horovod_spark.exceptions import HorovodCollectiveError
+
+    r, n = hvd.rank(), hvd.size()
+    for name, call in (("allgather", lambda t: hvd.allgather(t, name="mm.ag")),
+                       ("alltoall", lambda t: hvd.alltoall(t, name="mm.a2a")),
+                       ("reducescatter", lambda t: hvd.reducescatter(t, op=hvd.Sum, name="mm.rs"))):
+        with pytest.raises(HorovodCollectiveError, match="shape") as info:
+            call(torch.ones(2 * n, 2 + r))
+        assert name in str(info.value), str(info.value)
+    assert hvd.allgather(torch.full((r + 1, 2), float(r)), name="mm.ag").shape == (n * (n + 1) // 2, 2)
+
+
 def check_allgather_gradient(hvd):
     r, n = hvd.rank(), hvd.size()
     xs = [_rank_data(i, (i + 1, 2), torch.float64) for i in range(n)]

@@ -222,8 +222,8 @@ class Watchdog {
 };
 
 // Typed views of result bytes.
-template <class T>
-std::vector<T> as(const std::vector<uint8_t>& bytes) {
+template <class T, class Bytes>
+std::vector<T> as(const Bytes& bytes) {
   std::vector<T> v(bytes.size() / sizeof(T));
   if (!v.empty()) std::memcpy(v.data(), bytes.data(), v.size() * sizeof(T));
   return v;
