@@ -15,9 +15,19 @@ namespace {
 // fault per 2 MiB instead of per 4 KiB the first time a block is filled.
 constexpr size_t kHugePageBytes = 2u << 20;
 
+// Smaller results bypass the pool: malloc recycles them from its own free lists without faults or
+// zeroing, and keeping blocks of every small size a job happens to gather would hold memory that
+// malloc could have reused for anything.
+constexpr size_t kPooledResultBytes = 1u << 20;
+
 class Pool {
  public:
   uint8_t* take(size_t bytes) {
+    if (bytes < kPooledResultBytes) {
+      void* p = std::malloc(bytes);
+      if (!p) throw std::bad_alloc();
+      return static_cast<uint8_t*>(p);
+    }
     {
       std::lock_guard<std::mutex> l(mu_);
       auto it = idle_.find(bytes);
@@ -42,6 +52,10 @@ class Pool {
   }
 
   void give(uint8_t* p, size_t bytes) {
+    if (bytes < kPooledResultBytes) {
+      std::free(p);
+      return;
+    }
     {
       std::lock_guard<std::mutex> l(mu_);
       if (bytes <= kIdleResultBytes) {

@@ -6,6 +6,7 @@
 // std::vector would zero it once more. Training loops gather tensors of the same size step after
 // step, so a block the caller has released is kept, uninitialised, for the next result of that
 // size; at most kIdleResultBytes stay idle, so a one-off large result is not kept for good.
+// Results under 1 MiB come from malloc directly (result_buffer.cc says why).
 #pragma once
 #include <cstddef>
 #include <cstdint>
