@@ -3,10 +3,10 @@ on the same connection (replayed or reordered), not on a new one (the handshake 
 on another authenticated connection (another session key). Each refusal is logged."""
 import logging
 import socket
-import threading
 import time
 
 import pytest
+from support.tcp_relay import TcpRelay
 
 from horovod_spark.common import wire
 from horovod_spark.common.kv_client import KVClient
@@ -15,53 +15,22 @@ from horovod_spark.common.kv_server import KVStoreServer
 pytestmark = pytest.mark.timeout(60)
 
 
-class RecordingProxy:
-    """A TCP relay between clients and the service that records what each client sent and can
-    inject bytes into a client's stream toward the service: a man in the middle without the secret."""
+class RecordingProxy(TcpRelay):
+    """A relay between clients and the service that records what each client sent; a test injects
+    bytes into a client's stream toward the service through ``upstream``: a man in the middle
+    without the secret."""
 
     def __init__(self, target_port: int):
-        self._target = target_port
-        self._listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self._listener.getsockname()[1]
-        self.sent = []       # per connection: bytes the client sent
-        self.upstream = []   # per connection: the socket toward the service
-        self._threads = []
-        threading.Thread(target=self._accept, daemon=True).start()
+        self.sent = []  # per connection: bytes the client sent
+        super().__init__(target_port)
 
-    def _accept(self):
-        while True:
-            try:
-                client, _ = self._listener.accept()
-            except OSError:
-                return
-            upstream = socket.create_connection(("127.0.0.1", self._target))
-            index = len(self.sent)
-            self.sent.append(bytearray())
-            self.upstream.append(upstream)
-            for src, dst, record in ((client, upstream, True), (upstream, client, False)):
-                t = threading.Thread(target=self._pump, args=(src, dst, index if record else None), daemon=True)
-                t.start()
+    def on_connection(self, index):
+        self.sent.append(bytearray())
 
-    def _pump(self, src, dst, index):
-        try:
-            while True:
-                data = src.recv(65536)
-                if not data:
-                    break
-                if index is not None:
-                    self.sent[index] += data
-                dst.sendall(data)
-        except OSError:
-            pass
-        finally:
-            for s in (src, dst):
-                try:
-                    s.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
-
-    def close(self):
-        self._listener.close()
+    def on_chunk(self, index, from_connector, chunk, seen):
+        if from_connector:
+            self.sent[index] += chunk
+        return chunk
 
 
 def _frames(stream: bytes):
