@@ -56,8 +56,7 @@ def allgather_now(tensor, name, process_set):
         return synchronize(allgather_async(tensor, name, process_set))
     core_name = _handles.op_name("allgather", name, process_set)
     src = _buffers.contiguous(tensor)
-    raw, shape = _core.wait(_core.allgather_async(core_name, src.data_ptr(), dtype, tuple(src.shape),
-                                                  _handles.process_set_id(process_set)))
+    raw, shape = _core.wait(_enqueue_allgather(src, core_name, dtype, _handles.process_set_id(process_set))())
     return _buffers.from_core(raw, shape, tensor.dtype)
 
 
@@ -131,6 +130,10 @@ def _splits_list(splits):
     return [int(s) for s in splits]
 
 
+def _enqueue_alltoall(src, core_name, dtype, split_list, ps_id):
+    return lambda: _core.alltoall_async(core_name, src.data_ptr(), dtype, tuple(src.shape), split_list, ps_id)
+
+
 def alltoall_now(tensor, splits, name, process_set):
     """Blocking alltoall (``alltoall`` when autograd records nothing): (output, received splits),
     the received splits None when ``splits`` is (``alltoall`` then returns the output alone, and
@@ -142,8 +145,8 @@ def alltoall_now(tensor, splits, name, process_set):
     splits_dtype = splits.dtype if isinstance(splits, torch.Tensor) else torch.int32
     core_name = _handles.op_name("alltoall", name, process_set)
     src = _buffers.contiguous(tensor)
-    raw, shape, *rest = _core.wait(_core.alltoall_async(core_name, src.data_ptr(), dtype, tuple(src.shape),
-                                                        split_list, _handles.process_set_id(process_set)))
+    raw, shape, *rest = _core.wait(_enqueue_alltoall(src, core_name, dtype, split_list,
+                                                     _handles.process_set_id(process_set))())
     output = _buffers.from_core(raw, shape, tensor.dtype)
     if splits is None:
         return output, None
@@ -170,8 +173,7 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
     ps_id = _handles.process_set_id(process_set)
     stage = _staging.begin(tensor.device)
     src = stage.host(tensor)
-    core_handle = stage.submit(lambda: _core.alltoall_async(core_name, src.data_ptr(), dtype, tuple(src.shape),
-                                                            split_list, ps_id))
+    core_handle = stage.submit(_enqueue_alltoall(src, core_name, dtype, split_list, ps_id))
     out_dtype = tensor.dtype
 
     def finish(results):
