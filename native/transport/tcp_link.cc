@@ -44,6 +44,17 @@ size_t TcpLink::send_some(const uint8_t* p, size_t n) {
                        " while sending: " + std::strerror(errno));
 }
 
+size_t TcpLink::recv_some(uint8_t* p, size_t n) {
+  ssize_t k = recv(fd_, p, n, MSG_DONTWAIT);
+  if (k > 0) return static_cast<size_t>(k);
+  if (k == 0) {
+    if (rpos_ == wpos_) throw TransportError("rank " + std::to_string(peer_rank_) + " closed its connection");
+  } else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+    throw TransportError("lost connection to rank " + std::to_string(peer_rank_) + ": " + std::strerror(errno));
+  }
+  return 0;
+}
+
 void TcpLink::frame_tag(const uint8_t* key, uint64_t number, const uint8_t* frame, size_t payload, uint8_t* tag) const {
   uint8_t nonce[kChachaNonce] = {};
   for (int i = 0; i < 8; ++i) nonce[4 + i] = uint8_t(number >> (8 * i));
@@ -97,14 +108,7 @@ void TcpLink::make_room(size_t need) {
 void TcpLink::receive_plain() {
   make_room(1);
   if (wpos_ == stage_.size()) return;
-  ssize_t k = recv(fd_, stage_.data() + wpos_, stage_.size() - wpos_, MSG_DONTWAIT);
-  if (k > 0) {
-    wpos_ += static_cast<size_t>(k);
-  } else if (k == 0) {
-    if (rpos_ == wpos_) throw TransportError("rank " + std::to_string(peer_rank_) + " closed its connection");
-  } else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-    throw TransportError("lost connection to rank " + std::to_string(peer_rank_) + ": " + std::strerror(errno));
-  }
+  wpos_ += recv_some(stage_.data() + wpos_, stage_.size() - wpos_);
 }
 
 void TcpLink::altered(const std::string& what) const {
@@ -144,14 +148,10 @@ void TcpLink::receive_frames() {
     wire_r_ = 0;
   }
   if (wire_w_ == wire_.size()) return;  // stage_ is full: the reader catches up first
-  ssize_t k = recv(fd_, wire_.data() + wire_w_, wire_.size() - wire_w_, MSG_DONTWAIT);
+  const size_t k = recv_some(wire_.data() + wire_w_, wire_.size() - wire_w_);
   if (k > 0) {
-    wire_w_ += static_cast<size_t>(k);
+    wire_w_ += k;
     open_frames();
-  } else if (k == 0) {
-    if (rpos_ == wpos_) throw TransportError("rank " + std::to_string(peer_rank_) + " closed its connection");
-  } else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-    throw TransportError("lost connection to rank " + std::to_string(peer_rank_) + ": " + std::strerror(errno));
   }
 }
 

@@ -47,6 +47,9 @@ class TcpLink : public PeerLink {
   static constexpr size_t kHeader = 4, kTag = 16;
   void make_room(size_t need);
   size_t send_some(const uint8_t* p, size_t n);
+  // What has arrived, up to n bytes (0: nothing yet). A closed connection is an error once every
+  // byte it delivered has been read.
+  size_t recv_some(uint8_t* p, size_t n);
   void receive_plain();
   void receive_frames();
   void open_frames();
