@@ -29,8 +29,8 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 WORKER = os.path.join(HERE, "workers", "callgrind_calls.py")
-KINDS = ("allreduce", "optimizer_hooks", "optimizer_step", "torch_only")
-TWO_RANK_KINDS = ("optimizer_hooks", "optimizer_step")
+KINDS = ("allreduce", "allreduce_pair", "optimizer_hooks", "optimizer_step", "torch_only")
+TWO_RANK_KINDS = ("allreduce_pair", "optimizer_hooks", "optimizer_step")
 # Rank 0 under callgrind (%s: its options), the other rank as it is ("$@": the worker's command line).
 _RANK0_UNDER = 'if [ "$HOROVOD_RANK" = 0 ]; then exec valgrind %s "$@"; else exec "$@"; fi'
 _LINE = re.compile(r"\s*([\d,]+) \([^)]*\)\s+(.*)$")

@@ -1,6 +1,8 @@
 """One rank that makes N calls of one kind, for benchmarks/callgrind_overhead.py to count.
 
 ``allreduce``: ``hvd.allreduce`` of a 4 KiB float32 tensor through horovod_spark.torch.
+``allreduce_pair``: ``hvd.allreduce_`` in place of a 4 KiB float32 tensor, ``op=Sum``, on two
+ranks: the steady-state small allreduce of benchmarks/allreduce.py (cached, speculative).
 ``optimizer_step``: one step of ``hvd.DistributedOptimizer`` (gradient hooks, allreduce of each
 gradient, synchronize, SGD update) on a model of 16 bias-free 32x32 layers.
 ``torch_only``: the same model's step with a plain ``torch.optim.SGD``, the floor the
@@ -13,7 +15,7 @@ import argparse
 
 import torch
 
-KINDS = ("allreduce", "optimizer_step", "torch_only", "optimizer_hooks")
+KINDS = ("allreduce", "allreduce_pair", "optimizer_step", "torch_only", "optimizer_hooks")
 LAYERS = 16
 
 
@@ -29,6 +31,10 @@ def main():
         t = torch.ones(1024)
         for _ in range(args.calls):
             hvd.allreduce(t, name="x")
+    elif args.kind == "allreduce_pair":
+        t = torch.ones(1024)
+        for _ in range(args.calls):
+            hvd.allreduce_(t, op=hvd.Sum, name="bench.4096")
     else:
         torch.manual_seed(0)
         model = torch.nn.Sequential(*[torch.nn.Linear(32, 32, bias=False) for _ in range(LAYERS)])

@@ -7,19 +7,23 @@ namespace hs {
 void CachedLane::add_id(int32_t id, int32_t tensor) {
   if (static_cast<size_t>(id) >= waits_.size()) waits_.resize(static_cast<size_t>(id) + 1);
   Wait& w = waits_[static_cast<size_t>(id)];
-  w.by_rank.assign(static_cast<size_t>(size_), 0);
+  w.sent.assign(static_cast<size_t>(size_), kNotSent);
   w.tensor = tensor;
   if (static_cast<size_t>(tensor) >= waiting_by_tensor_.size())
     waiting_by_tensor_.resize(static_cast<size_t>(tensor) + 1, -1);
 }
 
-CachedLane::Outcome CachedLane::add(int rank, int32_t id) {
+CachedLane::Outcome CachedLane::add(int rank, int32_t id, int64_t spec_seq) {
   Wait& w = waits_[static_cast<size_t>(id)];
   int32_t& current = waiting_by_tensor_[static_cast<size_t>(w.tensor)];
-  if ((current >= 0 && current != id) || w.by_rank[static_cast<size_t>(rank)]) return Outcome::kDeclined;
+  if ((current >= 0 && current != id) || w.sent[static_cast<size_t>(rank)] != kNotSent) return Outcome::kDeclined;
+  const bool early = spec_seq >= 0;
+  if (early && w.early > 0 && spec_seq != w.seq) return Outcome::kDeclined;
   if (w.count == size_ - 1) {  // the last rank: complete without recording anything
+    const int early_ranks = w.early + (early ? 1 : 0);
+    if (early_ranks != 0 && early_ranks != size_) return Outcome::kDeclined;  // a mix: see the header
     clear(id);
-    return Outcome::kComplete;
+    return early_ranks ? Outcome::kSpeculated : Outcome::kComplete;
   }
   if (w.count == 0) {
     w.first_seen = CoarseClock::now();
@@ -27,8 +31,12 @@ CachedLane::Outcome CachedLane::add(int rank, int32_t id) {
     waiting_.push_back(id);
     current = id;
   }
-  w.by_rank[static_cast<size_t>(rank)] = 1;
+  w.sent[static_cast<size_t>(rank)] = early ? spec_seq : -1;
   ++w.count;
+  if (early) {
+    ++w.early;
+    w.seq = spec_seq;
+  }
   return Outcome::kWaiting;
 }
 
@@ -36,11 +44,11 @@ int32_t CachedLane::waiting_id(int32_t tensor) const {
   return static_cast<size_t>(tensor) < waiting_by_tensor_.size() ? waiting_by_tensor_[static_cast<size_t>(tensor)] : -1;
 }
 
-std::vector<int> CachedLane::take(int32_t id) {
-  std::vector<int> ranks;
+std::vector<CachedLane::Sent> CachedLane::take(int32_t id) {
+  std::vector<Sent> ranks;
   const Wait& w = waits_[static_cast<size_t>(id)];
   for (int r = 0; r < size_; ++r)
-    if (w.by_rank[static_cast<size_t>(r)]) ranks.push_back(r);
+    if (w.sent[static_cast<size_t>(r)] != kNotSent) ranks.push_back(Sent{r, w.sent[static_cast<size_t>(r)]});
   clear(id);
   return ranks;
 }
@@ -48,8 +56,10 @@ std::vector<int> CachedLane::take(int32_t id) {
 void CachedLane::clear(int32_t id) {
   Wait& w = waits_[static_cast<size_t>(id)];
   if (w.count == 0) return;
-  std::fill(w.by_rank.begin(), w.by_rank.end(), 0);
+  std::fill(w.sent.begin(), w.sent.end(), kNotSent);
   w.count = 0;
+  w.early = 0;
+  w.seq = -1;
   waiting_by_tensor_[static_cast<size_t>(w.tensor)] = -1;
   // Swap-remove from waiting_, keeping the moved id's position current.
   int32_t last = waiting_.back();

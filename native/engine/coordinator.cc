@@ -101,7 +101,7 @@ void Coordinator::add_request(int rank, const RequestMeta& meta, int32_t cache_i
   }
   std::string computed;
   const bool cached = cache_id >= 0 && cache_id < static_cast<int32_t>(cached_keys_.size());
-  if (cached && spec_seq < 0 && try_cached_lane(rank, cache_id)) return;
+  if (cached && try_cached_lane(rank, cache_id, spec_seq)) return;
   if (!cached) computed = key(meta);
   const std::string& k = cached ? cached_keys_[static_cast<size_t>(cache_id)] : computed;
   // The lane may hold other ranks' submissions of this tensor: they join this one here.
@@ -109,14 +109,15 @@ void Coordinator::add_request(int rank, const RequestMeta& meta, int32_t cache_i
   add_pending(rank, meta, cache_id, spec_seq, k);
 }
 
-bool Coordinator::try_cached_lane(int rank, int32_t id) {
+bool Coordinator::try_cached_lane(int rank, int32_t id, int64_t spec_seq) {
   // (id is a cache id: every one was registered with the lane when it was assigned)
   if (cache_off_ || !joined_.empty() || cached_requests_[static_cast<size_t>(id)].process_set != 0) return false;
   const std::string& k = cached_keys_[static_cast<size_t>(id)];
   if ((!pending_.empty() && pending_.count(k)) || (!deferred_.empty() && deferred_.count(k))) return false;
-  switch (lane_.add(rank, id)) {
+  switch (lane_.add(rank, id, spec_seq)) {
     case CachedLane::Outcome::kWaiting: return true;
     case CachedLane::Outcome::kComplete: ready_.push_back(Ready{id, {}}); return true;
+    case CachedLane::Outcome::kSpeculated: return true;  // every rank finished it on its own
     case CachedLane::Outcome::kDeclined: break;
   }
   return false;
@@ -133,7 +134,8 @@ void Coordinator::move_tensor_to_pending(const std::string& k) {
 void Coordinator::move_to_pending(int32_t id) {
   CoarseClock::time_point since = lane_.first_seen(id);
   const std::string k = cached_keys_[static_cast<size_t>(id)];
-  for (int r : lane_.take(id)) add_pending(r, cached_requests_[static_cast<size_t>(id)], id, -1, k);
+  for (const CachedLane::Sent& s : lane_.take(id))
+    add_pending(s.rank, cached_requests_[static_cast<size_t>(id)], id, s.spec_seq, k);
   auto it = pending_.find(k);
   if (it != pending_.end() && since < it->second.first_seen)  // the stall clock keeps running
     it->second.first_seen = it->second.last_warned = since;

@@ -52,7 +52,7 @@ class Coordinator {
   // The general path for one request under its key `k`.
   void add_pending(int rank, const RequestMeta& meta, int32_t cache_id, int64_t spec_seq, const std::string& k);
   // The steady-state lane (see CachedLane); false when the request must take the general path.
-  bool try_cached_lane(int rank, int32_t cache_id);
+  bool try_cached_lane(int rank, int32_t cache_id, int64_t spec_seq);
   // Hand a partial lane entry (of cache id `id`, or of the tensor `k`) to the general path.
   void move_to_pending(int32_t id);
   void move_tensor_to_pending(const std::string& k);

@@ -203,6 +203,7 @@ class PeerGroup : public Group {
   Transport* t_;
   std::vector<int> ranks_;
   int my_index_ = -1;
+  bool identity_ = false;  // ranks_[i] == i for every rank of the transport
 };
 
 }  // namespace hs

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <random>
 
+#include "engine/cached_lane.h"
 #include "engine_ranks.h"
 #include "engine_scenarios.h"
 
@@ -242,7 +243,35 @@ void threads_and_timeline(Rank& k, const std::string& timeline_path) {
 
 }  // namespace
 
+// The lane's bookkeeping of speculative submissions (no engine): three ranks, cache id 0 of tensor 0.
+void lane_speculation_outcomes() {
+  using Outcome = hs::CachedLane::Outcome;
+  hs::CachedLane lane(3);
+  lane.add_id(0, 0);
+  auto check = [](bool ok, const char* what) { hs_test::expect(ok, -1, std::string("cached lane: ") + what); };
+  // Every rank early as op 7: complete, and no response is due.
+  check(lane.add(0, 0, 7) == Outcome::kWaiting, "first early rank waits");
+  check(lane.add(2, 0, 7) == Outcome::kWaiting, "second early rank waits");
+  check(lane.add(1, 0, 7) == Outcome::kSpeculated, "the last early rank completes it by speculation");
+  check(lane.waiting().empty(), "nothing is left waiting");
+  // Plain submissions complete as before.
+  check(lane.add(0, 0) == Outcome::kWaiting && lane.add(1, 0) == Outcome::kWaiting, "plain ranks wait");
+  check(lane.add(2, 0) == Outcome::kComplete, "the last plain rank completes it");
+  // A mix of early and plain ranks is for the general path, which gets each rank's op number.
+  check(lane.add(0, 0, 8) == Outcome::kWaiting && lane.add(1, 0) == Outcome::kWaiting, "a mix waits");
+  check(lane.add(2, 0, 8) == Outcome::kDeclined, "a mix is declined at its last rank");
+  std::vector<hs::CachedLane::Sent> sent = lane.take(0);
+  check(sent.size() == 2 && sent[0].rank == 0 && sent[0].spec_seq == 8 && sent[1].rank == 1 && sent[1].spec_seq == -1,
+        "take() gives each rank's op number");
+  // Different op numbers are declined at once.
+  check(lane.add(0, 0, 9) == Outcome::kWaiting, "early rank waits");
+  check(lane.add(1, 0, 10) == Outcome::kDeclined, "another op number is declined");
+  check(lane.take(0).size() == 1, "the declined rank was not recorded");
+}
+
 void scenario_cached_lane() {
+  std::fprintf(stderr, "  cached lane outcomes of speculative submissions\n");
+  lane_speculation_outcomes();
   for (const char* topology : {"shm x3", "tcp x3"}) {
     const Topology& t = *std::find_if(topologies().begin(), topologies().end(),
                                       [&](const Topology& x) { return std::string(x.name) == topology; });
