@@ -7,16 +7,17 @@
 namespace hs {
 
 void Engine::finish(const std::string& key_ref, HandleResult result) {
-  const std::string key = key_ref;  // key_ref may live inside the entry erased below
-  auto it = entries_.find(key);
+  auto it = entries_.find(key_ref);
   if (it == entries_.end()) return;
   if (timeline_.active()) timeline_.end(it->second.meta.name);
   int64_t handle = it->second.handle;
-  entries_.erase(it);
+  // Out of the map but alive until the end of this scope: key_ref may live inside the entry, and
+  // the node's key serves the erase below without a copy.
+  auto node = entries_.extract(it);
   {
     // Before completing: the waiter may resubmit the same name the moment it wakes.
     std::lock_guard<std::mutex> l(queue_mu_);
-    inflight_.erase(key);
+    inflight_.erase(node.key());
   }
   handles_.complete(handle, std::move(result));
 }

@@ -25,7 +25,11 @@ const char* op_type_name(OpType t);
 // "<process set>/<name>": how the engine and the coordinator key a tensor (names are unique per
 // process set, not across them).
 inline std::string tensor_key(int32_t process_set, const std::string& name) {
-  return std::to_string(process_set) + "/" + name;
+  std::string key = std::to_string(process_set);
+  key.reserve(key.size() + 1 + name.size());  // one allocation, not one per part
+  key += '/';
+  key += name;
+  return key;
 }
 
 struct RequestMeta {

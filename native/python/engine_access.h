@@ -33,8 +33,8 @@ class FastEngine {
 
 // A request from the binding's arguments; std::invalid_argument for an unknown dtype code or a
 // negative dimension.
-TensorRequest make_request(int type, const std::string& name, uintptr_t in_ptr, uintptr_t out_ptr, int dtype,
-                           const std::vector<int64_t>& shape, int root, int op, double prescale, double postscale,
+TensorRequest make_request(int type, std::string name, uintptr_t in_ptr, uintptr_t out_ptr, int dtype,
+                           std::vector<int64_t> shape, int root, int op, double prescale, double postscale,
                            int process_set, const std::vector<int64_t>& splits);
 
 // Returns (error_kind, message, data, shape, splits, value); data is a numpy uint8 array that owns

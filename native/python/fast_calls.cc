@@ -86,7 +86,7 @@ bool parse_allreduce(PyObject* const* args, Py_ssize_t nargs, TensorRequest* req
     return false;
   static const std::vector<int64_t> no_splits;
   *req = make_request(static_cast<int>(OpType::kAllreduce), std::string(name, name_len), in_ptr, out_ptr,
-                      static_cast<int>(dtype), shape, 0, static_cast<int>(op), prescale, postscale,
+                      static_cast<int>(dtype), std::move(shape), 0, static_cast<int>(op), prescale, postscale,
                       static_cast<int>(process_set), no_splits);
   return true;
 }

@@ -44,17 +44,17 @@ std::shared_ptr<Engine> engine() {
   return g_engine;
 }
 
-TensorRequest make_request(int type, const std::string& name, uintptr_t in_ptr, uintptr_t out_ptr, int dtype,
-                           const std::vector<int64_t>& shape, int root, int op, double prescale, double postscale,
+TensorRequest make_request(int type, std::string name, uintptr_t in_ptr, uintptr_t out_ptr, int dtype,
+                           std::vector<int64_t> shape, int root, int op, double prescale, double postscale,
                            int process_set, const std::vector<int64_t>& splits) {
   if (dtype < 0 || dtype >= kNumDataTypes) throw std::invalid_argument("unknown dtype code");
   for (int64_t d : shape)
     if (d < 0) throw std::invalid_argument("negative dimension in shape of '" + name + "'");
   TensorRequest req;
   req.meta.type = static_cast<OpType>(type);
-  req.meta.name = name;
+  req.meta.name = std::move(name);
   req.meta.dtype = static_cast<DataType>(dtype);
-  req.meta.shape = shape;
+  req.meta.shape = std::move(shape);
   req.meta.root = root;
   req.meta.op = static_cast<ReduceOp>(op);
   req.meta.prescale = prescale;
