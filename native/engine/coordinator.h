@@ -28,6 +28,8 @@ class Coordinator {
   const RequestMeta* cached_request(int32_t id) const;
   // Responses that became ready, in the order every rank must execute them.
   std::vector<Response> take_ready();
+  // Whether take_ready() has anything to give (the engine asks on every pass, mostly idle ones).
+  bool has_ready() const { return !ready_.empty() || !join_responses_.empty(); }
   // Warnings (and, past HOROVOD_STALL_SHUTDOWN_TIME_SECONDS, error responses) for tensors that
   // some ranks submitted and others did not.
   void check_stalls(std::vector<Response>* errors);

@@ -406,7 +406,8 @@ bool Engine::coordinate() {
       }
     }
   }
-  std::vector<Response> responses = coordinator_->take_ready();
+  std::vector<Response> responses;
+  if (coordinator_->has_ready()) responses = coordinator_->take_ready();
   int64_t now = coarse_now_us();
   if (now - last_stall_check_us_ > 1000000) {
     last_stall_check_us_ = now;
