@@ -47,6 +47,11 @@ struct TensorRequest {
   int64_t handle = 0;
   int64_t enqueued_us = 0;
   bool caller_waits = false;  // submitted through run(): nothing else from that thread meanwhile
+  // Allgather, alltoall and reducescatter allocate their result unless the caller offers `out`:
+  // out_bytes bytes there, used when the result has exactly that size (the handle then completes
+  // with no data, and the caller, who sized it, knows the shape). 0: no buffer offered.
+  size_t out_bytes = 0;
+  bool received_splits_wanted = true;  // alltoall: report the received splits with the result
   // meta.device requests: the CUDA device holding in/out, and the caller's cudaStream_t, whose
   // queued work the collective waits for and whose later work waits for the collective.
   int32_t device = -1;
