@@ -38,6 +38,14 @@ void for_each_piece(const TensorRequest& req, size_t bytes, F&& f) {
     at += m.bytes;
   }
 }
+
+// What of this collective went out before its response (Response::presend), for this rank.
+SentEarly sent_early(const Response& r, int me) {
+  if (r.presend.empty()) return SentEarly::kNone;
+  return std::find(r.presend.begin(), r.presend.end(), me) != r.presend.end() ? SentEarly::kByThisRank
+                                                                              : SentEarly::kByOthers;
+}
+
 // Where a result of `bytes` goes: the buffer the caller offered when it has exactly that size,
 // else memory of the result's own (res->has_data). req: null for a rank that joined.
 uint8_t* result_memory(const TensorRequest* req, size_t bytes, HandleResult* res) {
@@ -342,7 +350,10 @@ void Engine::execute_allgather(const Response& r, Group& g) {
     res.shape = shape.empty() ? std::vector<int64_t>{rows} : shape;
     res.shape[0] = rows;
   }
-  gather_all(r.process_set, g, req ? req->in : nullptr, out, bytes);
+  const SentEarly early = sent_early(r, g.rank());
+  // (Inputs go out early only in a flat set: allgatherv itself then.)
+  if (early != SentEarly::kNone) allgatherv(g, req ? req->in : nullptr, out, bytes, early);
+  else gather_all(r.process_set, g, req ? req->in : nullptr, out, bytes);
   finish(key, std::move(res));
 }
 
@@ -350,13 +361,17 @@ void Engine::execute_broadcast(const Response& r, Group& g) {
   std::string key = key_of(r.process_set, r.names[0]);
   auto it = entries_.find(key);
   size_t b = r.tensor_bytes(0);
+  // Only the root's input counts (the others send nothing).
+  const SentEarly early = std::find(r.presend.begin(), r.presend.end(), r.root) == r.presend.end() ? SentEarly::kNone
+                          : g.rank() == r.root ? SentEarly::kByThisRank
+                                               : SentEarly::kByOthers;
   if (it == entries_.end()) {
     std::vector<uint8_t> sink(b);  // joined: receive and drop
-    broadcast(g, sink.data(), b, r.root);
+    broadcast(g, sink.data(), b, r.root, early);
     return;
   }
   if (g.rank() == r.root && it->second.in != it->second.out) std::memcpy(it->second.out, it->second.in, b);
-  broadcast(g, it->second.out, b, r.root);
+  broadcast(g, it->second.out, b, r.root, early);
   finish(key, HandleResult{});
 }
 
