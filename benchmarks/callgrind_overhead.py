@@ -11,7 +11,8 @@ indication only.
     .venv/bin/python benchmarks/callgrind_overhead.py                # every workload, K=1000
     .venv/bin/python benchmarks/callgrind_overhead.py --kinds allreduce --calls 2000 --top 25
 
-``allreduce`` and ``torch_only`` run as a single rank: that measures what a call costs the caller
+``allreduce``, ``torch_only`` and the blocking data collectives (``allgather``, ``broadcast_``,
+``reducescatter``, ``alltoall``) run as a single rank: that measures what a call costs the caller
 (Python API, tensor checks, queueing, the handoff to the engine and the wait); the transport's
 share of a multi-rank call is not in it. ``optimizer_hooks`` and ``optimizer_step`` need two ranks
 (on one rank DistributedOptimizer registers no hooks: there is nothing to average), so they run
@@ -29,7 +30,8 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 WORKER = os.path.join(HERE, "workers", "callgrind_calls.py")
-KINDS = ("allreduce", "allreduce_pair", "optimizer_hooks", "optimizer_step", "torch_only")
+KINDS = ("allreduce", "allreduce_pair", "optimizer_hooks", "optimizer_step", "torch_only", "allgather", "broadcast_",
+         "reducescatter", "alltoall")
 TWO_RANK_KINDS = ("allreduce_pair", "optimizer_hooks", "optimizer_step")
 # Rank 0 under callgrind (%s: its options), the other rank as it is ("$@": the worker's command line).
 _RANK0_UNDER = 'if [ "$HOROVOD_RANK" = 0 ]; then exec valgrind %s "$@"; else exec "$@"; fi'

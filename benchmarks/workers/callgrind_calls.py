@@ -1,6 +1,7 @@
 """One rank that makes N calls of one kind, for benchmarks/callgrind_overhead.py to count.
 
-``allreduce``: ``hvd.allreduce`` of a 4 KiB float32 tensor through horovod_spark.torch.
+``allreduce``: ``hvd.allreduce`` of a 4 KiB float32 tensor through horovod_spark.torch;
+``allgather``, ``broadcast_``, ``reducescatter``, ``alltoall``: the same tensor's blocking call.
 ``allreduce_pair``: ``hvd.allreduce_`` in place of a 4 KiB float32 tensor, ``op=Sum``, on two
 ranks: the steady-state small allreduce of benchmarks/allreduce.py (cached, speculative).
 ``optimizer_step``: one step of ``hvd.DistributedOptimizer`` (gradient hooks, allreduce of each
@@ -15,7 +16,13 @@ import argparse
 
 import torch
 
-KINDS = ("allreduce", "allreduce_pair", "optimizer_step", "torch_only", "optimizer_hooks")
+DATA_CALLS = {
+    "allgather": lambda hvd, t: hvd.allgather(t, name="x"),
+    "broadcast_": lambda hvd, t: hvd.broadcast_(t, root_rank=0, name="x"),
+    "reducescatter": lambda hvd, t: hvd.reducescatter(t, op=hvd.Sum, name="x"),
+    "alltoall": lambda hvd, t: hvd.alltoall(t, name="x"),
+}
+KINDS = ("allreduce", "allreduce_pair", "optimizer_step", "torch_only", "optimizer_hooks") + tuple(DATA_CALLS)
 LAYERS = 16
 
 
@@ -35,6 +42,10 @@ def main():
         t = torch.ones(1024)
         for _ in range(args.calls):
             hvd.allreduce_(t, op=hvd.Sum, name="bench.4096")
+    elif args.kind in DATA_CALLS:
+        t, call = torch.ones(1024), DATA_CALLS[args.kind]
+        for _ in range(args.calls):
+            call(hvd, t)
     else:
         torch.manual_seed(0)
         model = torch.nn.Sequential(*[torch.nn.Linear(32, 32, bias=False) for _ in range(LAYERS)])

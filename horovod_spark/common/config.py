@@ -323,7 +323,7 @@ SHM_SINGLE_COPY_BYTES = _define("HOROVOD_SHM_SINGLE_COPY_BYTES", core_number(0, 
                                 "a probe at start-up finds it allowed (same user, no ptrace restriction); 0 turns "
                                 "it off.", read_by=CORE)
 SPECULATIVE_ALLREDUCE = _define("HOROVOD_SPECULATIVE_ALLREDUCE", FLAG, True, "Let small synchronous "
-                                "allreduces seen before skip negotiation.", read_by=CORE)
+                                "allreduces, broadcasts and allgathers seen before skip negotiation.", read_by=CORE)
 _TWO_LEVELS = (" in two levels: within each host over shared memory, then across hosts, then within each host "
                "again. auto chooses it for a job or process set on several hosts that each hold more than one of "
                "its ranks; on (e.g. 1) also where some host holds just one; never on one host or with one rank per "

@@ -116,6 +116,32 @@ def finish_run(outcome):
     return _result(outcome, False)
 
 
+# Blocking broadcast, allgather, alltoall and reducescatter for layers that have validated every
+# argument, as run_allreduce_prechecked is for allreduce (the calling thread runs the engine from the
+# start). Arguments: docs/dev/contracts.md. broadcast's outcome goes to finish_run, the others' to
+# finish_run_data.
+run_broadcast_prechecked = _core.run_broadcast
+run_allgather_prechecked = _core.run_allgather
+run_alltoall_prechecked = _core.run_alltoall
+run_reducescatter_prechecked = _core.run_reducescatter
+
+
+def finish_run_data(outcome):
+    """The rest of a blocking allgather, alltoall or reducescatter after its ``run_*_prechecked``
+    call returned ``outcome``: ``(data, shape, received_splits)``. ``data`` is None when the result
+    went into the output buffer the call offered (always so for an outcome of True), else the
+    array that owns it, of ``shape``; ``received_splits`` (alltoall) is None unless reported."""
+    if outcome is True:
+        return None, None, None
+    if type(outcome) is int:  # still running after a second
+        outcome = _wait_outcome(outcome, None)
+    if outcome is True:
+        return None, None, None
+    kind, message, data, shape, splits, _value = outcome
+    _raise_error(kind, message)
+    return data, (tuple(shape) if data is not None else None), (list(splits) if splits else None)
+
+
 def grouped_allreduce_async(name, in_ptrs, out_ptrs, dtype, shapes, op=Average, prescale=1.0,
                             postscale=1.0, process_set_id=0) -> int:
     """One handle for a group of tensors of one dtype, negotiated and reduced as one packed unit:
@@ -250,26 +276,38 @@ def wait(handle: int, timeout: Optional[float] = None):
     if outcome is True and handle not in _value_handles:  # the common case, as _result has it
         return None
     if outcome is None:
-        deadline = None if timeout is None else time.monotonic() + timeout - 1.0
-        while outcome is None:
-            slice_s = 1.0 if deadline is None else max(0.0, min(1.0, deadline - time.monotonic()))
-            outcome = _core.wait_take(handle, slice_s)
-            if outcome is None and deadline is not None and time.monotonic() >= deadline:
-                raise HorovodTimeoutError("collective did not complete within %.1f s" % timeout)
+        outcome = _wait_outcome(handle, timeout, 1.0)
     wants_value = handle in _value_handles
     if wants_value:
         _value_handles.discard(handle)
     return _result(outcome, wants_value)
 
 
-def _result(outcome, wants_value):
-    if outcome is True:  # success with no data and a zero value
-        return 0 if wants_value else None
-    kind, message, data, shape, splits, value = outcome
+def _wait_outcome(handle, timeout, waited=0.0):
+    """``wait_take``'s outcome of ``handle`` once it completes, waited for in slices of a second
+    (so Ctrl-C reaches Python); ``waited``: seconds already spent on it."""
+    deadline = None if timeout is None else time.monotonic() + timeout - waited
+    outcome = None
+    while outcome is None:
+        slice_s = 1.0 if deadline is None else max(0.0, min(1.0, deadline - time.monotonic()))
+        outcome = _core.wait_take(handle, slice_s)
+        if outcome is None and deadline is not None and time.monotonic() >= deadline:
+            raise HorovodTimeoutError("collective did not complete within %.1f s" % timeout)
+    return outcome
+
+
+def _raise_error(kind, message):
     if kind == _ERR_COLLECTIVE:
         raise HorovodCollectiveError(message)
     if kind == _ERR_INTERNAL:
         raise HorovodInternalError(message)
+
+
+def _result(outcome, wants_value):
+    if outcome is True:  # success with no data and a zero value
+        return 0 if wants_value else None
+    kind, message, data, shape, splits, value = outcome
+    _raise_error(kind, message)
     if data is not None:
         return (data, tuple(shape), list(splits)) if splits else (data, tuple(shape))
     return value if wants_value else None

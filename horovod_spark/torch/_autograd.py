@@ -78,7 +78,7 @@ class HorovodAllgather(Function):
     def forward(ctx, tensor, name, process_set):
         ctx.rows = tensor.shape[0] if tensor.dim() else 0
         ctx.process_set = process_set
-        return synchronize(_data_ops.allgather_async(tensor, name, process_set))
+        return _data_ops.allgather_now(tensor, name, process_set)
 
     @staticmethod
     def backward(ctx, grad_output):
@@ -110,7 +110,7 @@ class HorovodBroadcast(Function):
     def forward(ctx, tensor, root_rank, name, process_set):
         ctx.root_rank = root_rank
         ctx.process_set = process_set
-        return synchronize(_data_ops.broadcast_async(tensor, root_rank, name, process_set))
+        return _data_ops.broadcast_now(tensor, False, root_rank, name, process_set)
 
     @staticmethod
     def backward(ctx, grad_output):
@@ -153,8 +153,7 @@ class HorovodReducescatter(Function):
     @staticmethod
     def forward(ctx, tensor, name, op, prescale_factor, postscale_factor, process_set):
         ctx.args = (op, prescale_factor, postscale_factor, process_set)
-        return synchronize(_reduce_ops.reducescatter_async(tensor, name, op, process_set,
-                                                           prescale_factor, postscale_factor))
+        return _reduce_ops.reducescatter_now(tensor, name, op, process_set, prescale_factor, postscale_factor)
 
     @staticmethod
     def backward(ctx, grad_output):

@@ -286,14 +286,19 @@ def reducescatter_async(tensor, name=None, op=Average, process_set=global_proces
 
 def reducescatter_now(tensor, name, op, process_set, prescale_factor, postscale_factor):
     """Blocking reducescatter (``reducescatter`` when autograd records nothing): this rank's block."""
-    checked = _check_reducescatter(tensor, op)
-    if not _data_ops.on_host_now(tensor):
+    code = _data_ops.direct_dtype_code(tensor)
+    op_code = plain_op_code(Average if op is None else op)
+    if code is None or op_code is None or tensor.dim() == 0:
         return synchronize(reducescatter_async(tensor, name, op, process_set, prescale_factor, postscale_factor))
-    core_name = _handles.op_name("reducescatter", name, process_set)
-    src = _buffers.contiguous(tensor)
-    raw, shape = _core.wait(_enqueue_reducescatter(src, core_name, checked, prescale_factor, postscale_factor,
-                                                   _handles.process_set_id(process_set))())
-    return _buffers.from_core(raw, shape, tensor.dtype)
+    ps_id, n = _data_ops.set_id_and_size(process_set)
+    me = _data_ops.rank_in_set(process_set)
+    name = _data_ops.core_name("reducescatter", name, process_set)
+    rows = tensor.shape[0]
+    out = _data_ops.output_for(tensor, rows // n + (1 if me < rows % n else 0))  # this rank's block
+    outcome = _core.run_reducescatter_prechecked(name, tensor.data_ptr(), 0 if out is None else out.data_ptr(),
+                                                 0 if out is None else out.nbytes, code, tensor.shape, op_code,
+                                                 float(prescale_factor), float(postscale_factor), ps_id)
+    return _data_ops.output_of(out, outcome, tensor.dtype)
 
 
 def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=global_process_set,

@@ -45,6 +45,7 @@ from horovod_spark.torch._data_ops import (
     alltoall_now,
     broadcast_async,
     broadcast_async_,
+    broadcast_now,
     grouped_allgather_async,
 )
 from horovod_spark.torch._handles import poll, synchronize
@@ -156,12 +157,12 @@ def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
     """Root's ``tensor`` on every rank, as a new tensor."""
     if needs_autograd((tensor,)):
         return HorovodBroadcast.apply(tensor, root_rank, name, process_set)
-    return synchronize(broadcast_async(tensor, root_rank, name, process_set))
+    return broadcast_now(tensor, False, root_rank, name, process_set)
 
 
 def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
     """Overwrite ``tensor`` with root's on every rank; returns ``tensor``."""
-    return synchronize(broadcast_async_(tensor, root_rank, name, process_set))
+    return broadcast_now(tensor, True, root_rank, name, process_set)
 
 
 def alltoall(tensor, splits=None, name=None, process_set=global_process_set):

@@ -13,14 +13,14 @@
 namespace hs {
 namespace {
 
-void allgather_direct(Group& g, char* out, const std::vector<Segment>& block) {
+void allgather_direct(Group& g, char* out, const std::vector<Segment>& block, bool mine_sent) {
   const int n = g.size(), r = g.rank();
   const Segment& mine = block[size_t(r)];
   std::vector<SendSpec> sends;
   std::vector<RecvSpec> recvs;
   for (int p = 0; p < n; ++p) {
     if (p == r) continue;
-    if (mine.count > 0) sends.push_back(SendSpec{p, out + mine.offset, mine.count});
+    if (mine.count > 0 && !mine_sent) sends.push_back(SendSpec{p, out + mine.offset, mine.count});
     const Segment& theirs = block[size_t(p)];
     if (theirs.count > 0) {
       RecvSpec rs;
@@ -35,7 +35,15 @@ void allgather_direct(Group& g, char* out, const std::vector<Segment>& block) {
 
 }  // namespace
 
-void allgatherv(Group& g, const void* in, void* out, const std::vector<size_t>& bytes_per_rank) {
+void send_input_early(Group& g, const void* in, size_t bytes) {
+  if (bytes == 0) return;
+  std::vector<SendSpec> sends;
+  for (int p = 0; p < g.size(); ++p)
+    if (p != g.rank()) sends.push_back(SendSpec{p, in, bytes});
+  g.exchange(sends, {});
+}
+
+void allgatherv(Group& g, const void* in, void* out, const std::vector<size_t>& bytes_per_rank, SentEarly early) {
   check_group(g, "allgatherv");
   check_per_rank(bytes_per_rank, g.size(), "allgatherv", "bytes_per_rank");
   const std::vector<Segment> block = prefix_partition(bytes_per_rank);
@@ -48,8 +56,8 @@ void allgatherv(Group& g, const void* in, void* out, const std::vector<size_t>& 
   // already be (or overlap) that slot of `out`.
   if (mine.count > 0 && dst + mine.offset != in) std::memmove(dst + mine.offset, in, mine.count);
   if (g.size() == 1 || total == 0) return;
-  if (total <= tuning::kDirectAllgatherBytes) {
-    allgather_direct(g, dst, block);
+  if (total <= tuning::kDirectAllgatherBytes || early != SentEarly::kNone) {
+    allgather_direct(g, dst, block, early == SentEarly::kByThisRank);
   } else {
     const bool both_ways = total >= tuning::kBidirectionalRingBytes;
     ring_allgather(g, make_lanes(block, g.size(), both_ways), dst, 1);

@@ -16,11 +16,12 @@
 namespace hs {
 namespace {
 
-void broadcast_direct(Group& g, char* buf, size_t bytes, int root) {
+void broadcast_direct(Group& g, char* buf, size_t bytes, int root, bool sent) {
   const int n = g.size(), r = g.rank();
   std::vector<SendSpec> sends;
   std::vector<RecvSpec> recvs;
   if (r == root) {
+    if (sent) return;
     for (int p = 0; p < n; ++p) {
       if (p != root) sends.push_back(SendSpec{p, buf, bytes});
     }
@@ -69,7 +70,7 @@ void broadcast_chain(Group& g, char* buf, size_t bytes, int root) {
 
 }  // namespace
 
-void broadcast(Group& g, void* buf, size_t bytes, int root) {
+void broadcast(Group& g, void* buf, size_t bytes, int root, SentEarly early) {
   check_group(g, "broadcast");
   const int n = g.size();
   if (root < 0 || root >= n) {
@@ -79,8 +80,8 @@ void broadcast(Group& g, void* buf, size_t bytes, int root) {
   check_buffer(buf, bytes, "broadcast", "buffer");
   if (n == 1 || bytes == 0) return;
   char* p = static_cast<char*>(buf);
-  if (bytes <= tuning::kDirectBroadcastBytes || n == 2) {
-    broadcast_direct(g, p, bytes, root);
+  if (bytes <= tuning::kDirectBroadcastBytes || n == 2 || early != SentEarly::kNone) {
+    broadcast_direct(g, p, bytes, root, early == SentEarly::kByThisRank);
   } else {
     broadcast_chain(g, p, bytes, root);
   }

@@ -27,12 +27,21 @@ void allreduce_after_send(Group& g, const void* in, void* out, size_t count, Dat
                           double postscale = 1.0);
 void discard_sent_input(Group& g, int peer, size_t bytes);
 
+// What of a broadcast or an allgather went out ahead of negotiation (the engine's speculative
+// path): whole inputs, sent to every peer by send_input_early exactly as the direct algorithm
+// sends them. kNone: nothing. Otherwise the direct algorithm runs whatever the size, its first
+// messages already on their way: kByOthers where this rank sent nothing early, kByThisRank where
+// it did (it skips those sends). Broadcast counts only the root's input.
+enum class SentEarly { kNone, kByOthers, kByThisRank };
+void send_input_early(Group& g, const void* in, size_t bytes);
+
 // out = concatenation, in rank order, of every rank's in; bytes_per_rank[r] is rank r's size
 // (may differ, may be 0). in is bytes_per_rank[g.rank()] long.
-void allgatherv(Group& g, const void* in, void* out, const std::vector<size_t>& bytes_per_rank);
+void allgatherv(Group& g, const void* in, void* out, const std::vector<size_t>& bytes_per_rank,
+                SentEarly early = SentEarly::kNone);
 
 // buf (bytes long) on root is copied to buf on every rank.
-void broadcast(Group& g, void* buf, size_t bytes, int root);
+void broadcast(Group& g, void* buf, size_t bytes, int root, SentEarly early = SentEarly::kNone);
 
 // Rank r sends send_bytes[p] bytes (consecutive in `in`, in peer order) to peer p and receives
 // recv_bytes[p] bytes from p into `out` (consecutive, in peer order).

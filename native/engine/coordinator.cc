@@ -365,7 +365,10 @@ void Coordinator::note_presend(const Pending& p, Response* r) const {
   for (const auto& kv : p.spec_seq) {
     r->presend.push_back(kv.first);
     const RequestMeta& m = p.by_rank.at(kv.first);
-    r->presend_bytes.push_back(m.num_elements() * static_cast<int64_t>(dtype_size(m.dtype)));
+    // (Only the root of a broadcast sends data early; speculation runs in the global set only, whose
+    // indices are ranks.)
+    const bool sent_data = m.type != OpType::kBroadcast || m.root == kv.first;
+    r->presend_bytes.push_back(sent_data ? m.num_elements() * static_cast<int64_t>(dtype_size(m.dtype)) : 0);
   }
 }
 

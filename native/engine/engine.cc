@@ -299,15 +299,33 @@ int32_t Engine::cached_id(const TensorRequest& req) const {
 
 bool Engine::try_speculate(const TensorRequest& req, int32_t cache_id) {
   const RequestMeta& m = req.meta;
-  // (A two-level allreduce cannot take inputs sent early to every peer: no speculation there.)
-  if (!cfg_.speculative_allreduce || mpi_comm_ || size_ < 2 || spec_.active || !entries_.empty() ||
-      host_groups(0, OpType::kAllreduce))
-    return false;
-  if (m.type != OpType::kAllreduce || m.process_set != 0 || !req.members.empty() || m.prescale != 1.0 ||
-      m.op == ReduceOp::kAdasum || m.device)
-    return false;
+  if (!cfg_.speculative_allreduce || mpi_comm_ || size_ < 2 || spec_.active || !entries_.empty()) return false;
+  if (m.process_set != 0 || !req.members.empty() || m.device) return false;
+  // What goes out now: the whole input, to every peer, as the direct algorithm sends it (so that a
+  // response that comes after all runs that algorithm, only skipping those sends).
   size_t bytes = static_cast<size_t>(m.num_elements()) * dtype_size(m.dtype);
-  if (bytes == 0 || bytes > tuning::kDirectReduceBytes || !transport_.can_send_unread(bytes)) return false;
+  switch (m.type) {
+    case OpType::kAllreduce:
+      // (A two-level allreduce cannot take inputs sent early to every peer: no speculation there.)
+      if (host_groups(0, OpType::kAllreduce) || m.prescale != 1.0 || m.op == ReduceOp::kAdasum || bytes == 0 ||
+          bytes > tuning::kDirectReduceBytes)
+        return false;
+      break;
+    case OpType::kBroadcast:
+      if (bytes == 0 || bytes > tuning::kDirectBroadcastBytes) return false;
+      if (m.root != rank_) bytes = 0;  // only the root's data moves
+      break;
+    case OpType::kAllgather: {
+      // The cached response says every rank's rows (a cache id stands for one shape on all ranks).
+      auto cached = cached_responses_.find(cache_id);
+      if (host_groups(0, OpType::kAllgather) || cached == cached_responses_.end() ||
+          cached->second.tensor_bytes(0) * static_cast<size_t>(size_) > tuning::kDirectAllgatherBytes)
+        return false;
+      break;
+    }
+    default: return false;
+  }
+  if (bytes > 0 && !transport_.can_send_unread(bytes)) return false;
   {
     std::lock_guard<std::mutex> l(queue_mu_);
     if (!gone_.empty() || several_submitters_) return false;
@@ -327,7 +345,8 @@ bool Engine::try_speculate(const TensorRequest& req, int32_t cache_id) {
   for (int p = 0; p < size_; ++p)
     if (p != rank_) transport_.post_control(p, note);
   transport_.progress_control();
-  allreduce_send_input(*groups_[0], req.in, bytes);
+  if (m.type == OpType::kAllreduce) allreduce_send_input(*groups_[0], req.in, bytes);
+  else send_input_early(*groups_[0], req.in, bytes);
   return true;
 }
 
@@ -362,6 +381,7 @@ bool Engine::complete_speculation() {
   if (it == entries_.end()) return true;
   const RequestMeta& m = it->second.meta;
   Group& g = *groups_[0];
+  if (m.type != OpType::kAllreduce) return complete_data_speculation(it->second);
   size_t n = static_cast<size_t>(m.num_elements());
   const ReductionPlan plan = plan_reduction(m.op, m.postscale, g.size());
   if (timeline_.active()) {
@@ -379,6 +399,32 @@ bool Engine::complete_speculation() {
   stats_.speculative_done++;
   if (autotuner_) tune_after_cycle(n * dtype_size(m.dtype));
   finish(spec_.key, HandleResult{});
+  return true;
+}
+
+bool Engine::complete_data_speculation(const TensorRequest& req) {
+  // Every rank sent the same cache id: the response it stands for, validated before, is this
+  // round's, with every rank's input sent early.
+  Response r = cached_responses_.at(spec_.cache_id);
+  r.presend.resize(static_cast<size_t>(size_));
+  for (int p = 0; p < size_; ++p) r.presend[static_cast<size_t>(p)] = p;
+  const std::string key = spec_.key;
+  const size_t bytes = static_cast<size_t>(req.meta.num_elements()) * dtype_size(req.meta.dtype);
+  if (timeline_.active()) {
+    std::string act = op_type_name(r.type);
+    std::transform(act.begin(), act.end(), act.begin(), ::toupper);
+    timeline_.end(req.meta.name);
+    timeline_.begin(req.meta.name, act);
+  }
+  try {
+    if (r.type == OpType::kBroadcast) execute_broadcast(r, *groups_[0]);
+    else execute_allgather(r, *groups_[0]);
+  } catch (const CollectiveError& e) {
+    fail_entry(key, HandleError::kCollective, e.what());
+    return true;
+  }
+  stats_.speculative_done++;
+  if (autotuner_) tune_after_cycle(bytes);
   return true;
 }
 

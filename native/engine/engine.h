@@ -47,6 +47,11 @@ struct TensorRequest {
   int64_t handle = 0;
   int64_t enqueued_us = 0;
   bool caller_waits = false;  // submitted through run(): nothing else from that thread meanwhile
+  // Allgather, alltoall and reducescatter allocate their result unless the caller offers `out`:
+  // out_bytes bytes there, used when the result has exactly that size (the handle then completes
+  // with no data, and the caller, who sized it, knows the shape). 0: no buffer offered.
+  size_t out_bytes = 0;
+  bool received_splits_wanted = true;  // alltoall: report the received splits with the result
   // meta.device requests: the CUDA device holding in/out, and the caller's cudaStream_t, whose
   // queued work the collective waits for and whose later work waits for the collective.
   int32_t device = -1;
@@ -173,6 +178,8 @@ class Engine {
   bool try_speculate(const TensorRequest& req, int32_t cache_id);
   void note_speculation(int peer, WireReader& r);
   bool complete_speculation();
+  // complete_speculation() of a broadcast or allgather (entries_ holds req).
+  bool complete_data_speculation(const TensorRequest& req);
   void finish(const std::string& key, HandleResult result);
   // finish() with an empty result for each member of a fused allreduce (end(): a rank that
   // joined): one pass under each lock for the whole response.
@@ -234,12 +241,13 @@ class Engine {
   int32_t cached_id(const TensorRequest& req) const;
   std::unordered_map<int32_t, Response> cached_responses_;  // cache id -> single response
   std::vector<uint8_t> fusion_buffer_;
-  // Speculative small allreduce. A rank with nothing else in flight whose caller blocks on a
-  // cached, small, global allreduce (run()) sends its input to every peer at once and tells every
+  // Speculative small allreduce, broadcast and allgather. A rank with nothing else in flight whose
+  // caller blocks on a cached, small, global one (run()) sends its input to every peer at once
+  // (a broadcast's root only; collectives.h: SentEarly) and tells every
   // peer (rank 0 included, for whom it is the request) "cache id X as my op number S". Until X
   // completes, the rank sends no other request (other threads' requests wait in the queue), so
   // the coordinator cannot order anything of this rank's before X, whose data is already on
-  // its way. When every rank said the same X and S, each one reduces on its own and the
+  // its way. When every rank said the same X and S, each one finishes on its own and the
   // coordinator answers nothing: one hop instead of request, response and data. Otherwise the
   // coordinator's response lists who sent early (Response::presend). S counts executed global-set
   // responses plus speculative completions, which is the same on every rank at the same point of a

@@ -38,6 +38,22 @@ void for_each_piece(const TensorRequest& req, size_t bytes, F&& f) {
     at += m.bytes;
   }
 }
+
+// What of this collective went out before its response (Response::presend), for this rank.
+SentEarly sent_early(const Response& r, int me) {
+  if (r.presend.empty()) return SentEarly::kNone;
+  return std::find(r.presend.begin(), r.presend.end(), me) != r.presend.end() ? SentEarly::kByThisRank
+                                                                              : SentEarly::kByOthers;
+}
+
+// Where a result of `bytes` goes: the buffer the caller offered when it has exactly that size,
+// else memory of the result's own (res->has_data). req: null for a rank that joined.
+uint8_t* result_memory(const TensorRequest* req, size_t bytes, HandleResult* res) {
+  if (req && req->out && req->out_bytes == bytes && bytes > 0) return static_cast<uint8_t*>(req->out);
+  res->data.resize(bytes);
+  res->has_data = true;
+  return res->data.data();
+}
 }  // namespace
 
 void Engine::remember_cacheable(const Response& r) {
@@ -328,12 +344,16 @@ void Engine::execute_allgather(const Response& r, Group& g) {
     rows += r.per_rank[i];
   }
   HandleResult res;
-  res.data.resize(static_cast<size_t>(rows) * rb);
-  res.has_data = true;
-  res.shape = shape.empty() ? std::vector<int64_t>{rows} : shape;
-  res.shape[0] = rows;
-  const void* in = it != entries_.end() ? it->second.in : nullptr;
-  gather_all(r.process_set, g, in, res.data.data(), bytes);
+  const TensorRequest* req = it != entries_.end() ? &it->second : nullptr;
+  uint8_t* out = result_memory(req, static_cast<size_t>(rows) * rb, &res);
+  if (res.has_data) {
+    res.shape = shape.empty() ? std::vector<int64_t>{rows} : shape;
+    res.shape[0] = rows;
+  }
+  const SentEarly early = sent_early(r, g.rank());
+  // (Inputs go out early only in a flat set: allgatherv itself then.)
+  if (early != SentEarly::kNone) allgatherv(g, req ? req->in : nullptr, out, bytes, early);
+  else gather_all(r.process_set, g, req ? req->in : nullptr, out, bytes);
   finish(key, std::move(res));
 }
 
@@ -341,13 +361,17 @@ void Engine::execute_broadcast(const Response& r, Group& g) {
   std::string key = key_of(r.process_set, r.names[0]);
   auto it = entries_.find(key);
   size_t b = r.tensor_bytes(0);
+  // Only the root's input counts (the others send nothing).
+  const SentEarly early = std::find(r.presend.begin(), r.presend.end(), r.root) == r.presend.end() ? SentEarly::kNone
+                          : g.rank() == r.root ? SentEarly::kByThisRank
+                                               : SentEarly::kByOthers;
   if (it == entries_.end()) {
     std::vector<uint8_t> sink(b);  // joined: receive and drop
-    broadcast(g, sink.data(), b, r.root);
+    broadcast(g, sink.data(), b, r.root, early);
     return;
   }
   if (g.rank() == r.root && it->second.in != it->second.out) std::memcpy(it->second.out, it->second.in, b);
-  broadcast(g, it->second.out, b, r.root);
+  broadcast(g, it->second.out, b, r.root, early);
   finish(key, HandleResult{});
 }
 
@@ -364,14 +388,16 @@ void Engine::execute_alltoall(const Response& r, Group& g) {
   for (int p = 0; p < n; ++p) {
     send[p] = static_cast<size_t>(r.per_rank[me * n + p]) * rb;
     recv[p] = static_cast<size_t>(r.per_rank[p * n + me]) * rb;
-    res.splits.push_back(r.per_rank[p * n + me]);
     rows += r.per_rank[p * n + me];
   }
-  res.data.resize(static_cast<size_t>(rows) * rb);
-  res.has_data = true;
-  res.shape = shape.empty() ? std::vector<int64_t>{rows} : shape;
-  res.shape[0] = rows;
-  alltoallv(g, it->second.in, send, res.data.data(), recv);
+  uint8_t* out = result_memory(&it->second, static_cast<size_t>(rows) * rb, &res);
+  if (res.has_data) {
+    res.shape = shape.empty() ? std::vector<int64_t>{rows} : shape;
+    res.shape[0] = rows;
+  }
+  if (res.has_data || it->second.received_splits_wanted)
+    for (int p = 0; p < n; ++p) res.splits.push_back(r.per_rank[p * n + me]);
+  alltoallv(g, it->second.in, send, out, recv);
   finish(key, std::move(res));
 }
 
@@ -395,12 +421,14 @@ void Engine::execute_reducescatter(const Response& r, Group& g) {
   }
   const ReductionPlan plan = plan_reduction(r.op, r.postscale, n);
   HandleResult res;
-  res.data.resize(counts[g.rank()] * dtype_size(r.dtype));
-  res.has_data = true;
-  res.shape = shape.empty() ? std::vector<int64_t>{1} : shape;
-  res.shape[0] = dim0 / n + (g.rank() < dim0 % n ? 1 : 0);
-  reducescatter(g, in, res.data.data(), counts, r.dtype, plan.op);
-  scale_buffer(res.data.data(), counts[g.rank()], r.dtype, plan.postscale);
+  uint8_t* out =
+      result_memory(it != entries_.end() ? &it->second : nullptr, counts[g.rank()] * dtype_size(r.dtype), &res);
+  if (res.has_data) {
+    res.shape = shape.empty() ? std::vector<int64_t>{1} : shape;
+    res.shape[0] = dim0 / n + (g.rank() < dim0 % n ? 1 : 0);
+  }
+  reducescatter(g, in, out, counts, r.dtype, plan.op);
+  scale_buffer(out, counts[g.rank()], r.dtype, plan.postscale);
   finish(key, std::move(res));
 }
 

@@ -1,6 +1,7 @@
 // The latency paths of the binding (see fast_calls.h).
 #include "python/fast_calls.h"
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -19,19 +20,22 @@ namespace {
 //     enqueue + wait_take for a caller that blocks at once: what wait_take returns, or on
 //     timeout the handle (an int) to go on waiting for.
 //   enqueue_allreduce(same arguments) -> handle.
-bool arg_long(PyObject* o, const char* what, long long* out) {
+//   run_broadcast, run_allgather, run_alltoall, run_reducescatter: run_allreduce's counterparts
+//     (their arguments are listed with them below).
+// `call` names the collective in the messages of bad arguments.
+bool arg_long(PyObject* o, const char* call, const char* what, long long* out) {
   *out = PyLong_AsLongLong(o);
   if (*out == -1 && PyErr_Occurred()) {
-    PyErr_Format(PyExc_TypeError, "allreduce: %s must be an int", what);
+    PyErr_Format(PyExc_TypeError, "%s: %s must be an int", call, what);
     return false;
   }
   return true;
 }
 
-bool arg_double(PyObject* o, const char* what, double* out) {
+bool arg_double(PyObject* o, const char* call, const char* what, double* out) {
   *out = PyFloat_AsDouble(o);
   if (*out == -1.0 && PyErr_Occurred()) {
-    PyErr_Format(PyExc_TypeError, "allreduce: %s must be a float", what);
+    PyErr_Format(PyExc_TypeError, "%s: %s must be a float", call, what);
     return false;
   }
   return true;
@@ -44,23 +48,30 @@ bool arg_name(PyObject* o, const char* what, const char** name, Py_ssize_t* len)
   return *name != nullptr;
 }
 
-bool arg_shape(PyObject* o, std::vector<int64_t>* shape) {
+bool arg_shape(PyObject* o, const char* call, std::vector<int64_t>* shape) {
   // torch.Size is a tuple subclass, which PySequence_Fast would copy into a new list on every
   // call: read any tuple in place.
-  PyObject* seq =
-      PyTuple_Check(o) ? (Py_INCREF(o), o) : PySequence_Fast(o, "allreduce: shape must be a tuple or list of ints");
-  if (!seq) return false;
+  PyObject* seq = PyTuple_Check(o) ? (Py_INCREF(o), o) : PySequence_Fast(o, "");
+  if (!seq) {
+    PyErr_Format(PyExc_TypeError, "%s: shape must be a tuple or list of ints", call);
+    return false;
+  }
   Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
   PyObject** items = PySequence_Fast_ITEMS(seq);
   shape->resize(static_cast<size_t>(n));
   bool ok = true;
   for (Py_ssize_t i = 0; i < n && ok; ++i) {
     long long d;
-    ok = arg_long(items[i], "every dimension of shape", &d);
+    ok = arg_long(items[i], call, "every dimension of shape", &d);
     (*shape)[static_cast<size_t>(i)] = d;
   }
   Py_DECREF(seq);
   return ok;
+}
+
+bool arg_ptr(PyObject* o, unsigned long long* out) {
+  *out = PyLong_AsUnsignedLongLong(o);
+  return !PyErr_Occurred();
 }
 
 // The nine arguments -> a request (false with a Python error set); throws std::invalid_argument
@@ -80,9 +91,10 @@ bool parse_allreduce(PyObject* const* args, Py_ssize_t nargs, TensorRequest* req
   long long dtype, op, process_set;
   double prescale, postscale;
   std::vector<int64_t> shape;
-  if (!arg_long(args[3], "dtype", &dtype) || !arg_shape(args[4], &shape) || !arg_long(args[5], "op", &op) ||
-      !arg_double(args[6], "prescale", &prescale) || !arg_double(args[7], "postscale", &postscale) ||
-      !arg_long(args[8], "process_set", &process_set))
+  if (!arg_long(args[3], "allreduce", "dtype", &dtype) || !arg_shape(args[4], "allreduce", &shape) ||
+      !arg_long(args[5], "allreduce", "op", &op) || !arg_double(args[6], "allreduce", "prescale", &prescale) ||
+      !arg_double(args[7], "allreduce", "postscale", &postscale) ||
+      !arg_long(args[8], "allreduce", "process_set", &process_set))
     return false;
   static const std::vector<int64_t> no_splits;
   *req = make_request(static_cast<int>(OpType::kAllreduce), std::string(name, name_len), in_ptr, out_ptr,
@@ -105,21 +117,140 @@ PyObject* with_python_errors(F&& body) {
   return nullptr;
 }
 
+// Engine::run for a parsed request (inside with_python_errors): what wait_take returns, or on
+// timeout the handle to go on waiting for.
+PyObject* run_request(TensorRequest req) {
+  FastEngine fast;
+  Engine* e = fast.get();
+  if (!e) return nullptr;
+  int64_t h = 0;
+  bool done;
+  {
+    py::gil_scoped_release nogil;  // (reacquired on the way out, exceptions included)
+    done = e->run(std::move(req), 1.0, &h);
+  }
+  if (!done) return PyLong_FromLongLong(h);
+  return outcome(*e, h).release().ptr();
+}
+
 PyObject* run_allreduce(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   return with_python_errors([&]() -> PyObject* {
     TensorRequest req;
     if (!parse_allreduce(args, nargs, &req)) return nullptr;
-    FastEngine fast;
-    Engine* e = fast.get();
-    if (!e) return nullptr;
-    int64_t h = 0;
-    bool done;
-    {
-      py::gil_scoped_release nogil;  // (reacquired on the way out, exceptions included)
-      done = e->run(std::move(req), 1.0, &h);
+    return run_request(std::move(req));
+  });
+}
+
+bool arg_count(const char* call, Py_ssize_t expected, Py_ssize_t given) {
+  if (given == expected) return true;
+  PyErr_Format(PyExc_TypeError, "%s takes %zd arguments (%zd given)", call, expected, given);
+  return false;
+}
+
+// The arguments every run_* call of the data collectives starts with: name, in_ptr, out_ptr.
+struct Buffers {
+  std::string name;
+  unsigned long long in_ptr = 0, out_ptr = 0;
+  bool parse(PyObject* const* args, const char* what_name) {
+    const char* s;
+    Py_ssize_t len;
+    if (!arg_name(args[0], what_name, &s, &len)) return false;
+    name.assign(s, static_cast<size_t>(len));
+    return arg_ptr(args[1], &in_ptr) && arg_ptr(args[2], &out_ptr);
+  }
+};
+
+const std::vector<int64_t> kNoSplits;
+
+// run_broadcast(name, in_ptr, out_ptr, dtype, shape, root, process_set): root's data into out
+// (in == out in place; root is the index within the set).
+PyObject* run_broadcast(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  return with_python_errors([&]() -> PyObject* {
+    const char* call = "broadcast";
+    Buffers b;
+    long long dtype, root, process_set;
+    std::vector<int64_t> shape;
+    if (!arg_count("run_broadcast", 7, nargs) || !b.parse(args, "broadcast: name") ||
+        !arg_long(args[3], call, "dtype", &dtype) || !arg_shape(args[4], call, &shape) ||
+        !arg_long(args[5], call, "root", &root) || !arg_long(args[6], call, "process_set", &process_set))
+      return nullptr;
+    return run_request(make_request(static_cast<int>(OpType::kBroadcast), b.name, b.in_ptr, b.out_ptr,
+                                    static_cast<int>(dtype), shape, static_cast<int>(root), 0, 1.0, 1.0,
+                                    static_cast<int>(process_set), kNoSplits));
+  });
+}
+
+// run_allgather(name, in_ptr, out_ptr, out_bytes, dtype, shape, process_set): the result goes to
+// out when it has out_bytes bytes (out_ptr 0: always to memory of its own, as allgather_async's).
+PyObject* run_allgather(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  return with_python_errors([&]() -> PyObject* {
+    const char* call = "allgather";
+    Buffers b;
+    long long out_bytes, dtype, process_set;
+    std::vector<int64_t> shape;
+    if (!arg_count("run_allgather", 7, nargs) || !b.parse(args, "allgather: name") ||
+        !arg_long(args[3], call, "out_bytes", &out_bytes) || !arg_long(args[4], call, "dtype", &dtype) ||
+        !arg_shape(args[5], call, &shape) || !arg_long(args[6], call, "process_set", &process_set))
+      return nullptr;
+    TensorRequest req =
+        make_request(static_cast<int>(OpType::kAllgather), b.name, b.in_ptr, b.out_ptr, static_cast<int>(dtype), shape,
+                     0, 0, 1.0, 1.0, static_cast<int>(process_set), kNoSplits);
+    req.out_bytes = static_cast<size_t>(std::max(0LL, out_bytes));
+    return run_request(std::move(req));
+  });
+}
+
+// run_alltoall(name, in_ptr, out_ptr, out_bytes, dtype, shape, splits, process_set): splits None
+// (dim 0 split evenly) or a list of ints; the result goes to out as run_allgather's does, and the
+// received splits come with it only when splits were given.
+PyObject* run_alltoall(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  return with_python_errors([&]() -> PyObject* {
+    const char* call = "alltoall";
+    Buffers b;
+    long long out_bytes, dtype, process_set;
+    std::vector<int64_t> shape, splits;
+    if (!arg_count("run_alltoall", 8, nargs) || !b.parse(args, "alltoall: name") ||
+        !arg_long(args[3], call, "out_bytes", &out_bytes) || !arg_long(args[4], call, "dtype", &dtype) ||
+        !arg_shape(args[5], call, &shape) || !arg_long(args[7], call, "process_set", &process_set))
+      return nullptr;
+    const bool splits_given = args[6] != Py_None;
+    if (splits_given) {
+      if (!arg_shape(args[6], call, &splits)) return nullptr;
+      for (int64_t s : splits)
+        if (s < 0) {
+          PyErr_Format(PyExc_ValueError, "alltoall splits must be non-negative, got %R", args[6]);
+          return nullptr;
+        }
     }
-    if (!done) return PyLong_FromLongLong(h);
-    return outcome(*e, h).release().ptr();
+    TensorRequest req =
+        make_request(static_cast<int>(OpType::kAlltoall), b.name, b.in_ptr, b.out_ptr, static_cast<int>(dtype), shape,
+                     0, 0, 1.0, 1.0, static_cast<int>(process_set), splits);
+    req.out_bytes = static_cast<size_t>(std::max(0LL, out_bytes));
+    req.received_splits_wanted = splits_given;
+    return run_request(std::move(req));
+  });
+}
+
+// run_reducescatter(name, in_ptr, out_ptr, out_bytes, dtype, shape, op, prescale, postscale,
+// process_set): this rank's block goes to out as run_allgather's result does.
+PyObject* run_reducescatter(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  return with_python_errors([&]() -> PyObject* {
+    const char* call = "reducescatter";
+    Buffers b;
+    long long out_bytes, dtype, op, process_set;
+    double prescale, postscale;
+    std::vector<int64_t> shape;
+    if (!arg_count("run_reducescatter", 10, nargs) || !b.parse(args, "reducescatter: name") ||
+        !arg_long(args[3], call, "out_bytes", &out_bytes) || !arg_long(args[4], call, "dtype", &dtype) ||
+        !arg_shape(args[5], call, &shape) || !arg_long(args[6], call, "op", &op) ||
+        !arg_double(args[7], call, "prescale", &prescale) || !arg_double(args[8], call, "postscale", &postscale) ||
+        !arg_long(args[9], call, "process_set", &process_set))
+      return nullptr;
+    TensorRequest req =
+        make_request(static_cast<int>(OpType::kReducescatter), b.name, b.in_ptr, b.out_ptr, static_cast<int>(dtype),
+                     shape, 0, static_cast<int>(op), prescale, postscale, static_cast<int>(process_set), kNoSplits);
+    req.out_bytes = static_cast<size_t>(std::max(0LL, out_bytes));
+    return run_request(std::move(req));
   });
 }
 
@@ -182,9 +313,10 @@ PyObject* enqueue_allreduce_group(PyObject*, PyObject* const* args, Py_ssize_t n
     if (n == 0) throw std::invalid_argument("grouped_allreduce needs at least one tensor");
     long long dtype, op, process_set;
     double prescale, postscale;
-    if (!arg_long(args[3], "dtype", &dtype) || !arg_long(args[5], "op", &op) ||
-        !arg_double(args[6], "prescale", &prescale) || !arg_double(args[7], "postscale", &postscale) ||
-        !arg_long(args[8], "process_set", &process_set))
+    if (!arg_long(args[3], "allreduce", "dtype", &dtype) || !arg_long(args[5], "allreduce", "op", &op) ||
+        !arg_double(args[6], "allreduce", "prescale", &prescale) ||
+        !arg_double(args[7], "allreduce", "postscale", &postscale) ||
+        !arg_long(args[8], "allreduce", "process_set", &process_set))
       return nullptr;
     if (dtype < 0 || dtype >= kNumDataTypes) throw std::invalid_argument("unknown dtype code");
     const size_t es = dtype_size(static_cast<DataType>(dtype));
@@ -196,7 +328,7 @@ PyObject* enqueue_allreduce_group(PyObject*, PyObject* const* args, Py_ssize_t n
       if (PyErr_Occurred()) return nullptr;
       unsigned long long out_ptr = PyLong_AsUnsignedLongLong(PySequence_Fast_GET_ITEM(lists.seq[1], i));
       if (PyErr_Occurred()) return nullptr;
-      if (!arg_shape(PySequence_Fast_GET_ITEM(lists.seq[2], i), &shape)) return nullptr;
+      if (!arg_shape(PySequence_Fast_GET_ITEM(lists.seq[2], i), "allreduce", &shape)) return nullptr;
       int64_t count = 1;
       for (int64_t d : shape) {
         if (d < 0)
@@ -242,8 +374,9 @@ PyObject* enqueue_allreduce_batch(PyObject*, PyObject* const* args, Py_ssize_t n
   return with_python_errors([&]() -> PyObject* {
     long long op, process_set;
     double prescale, postscale;
-    if (!arg_long(args[4], "op", &op) || !arg_double(args[5], "prescale", &prescale) ||
-        !arg_double(args[6], "postscale", &postscale) || !arg_long(args[7], "process_set", &process_set))
+    if (!arg_long(args[4], "allreduce", "op", &op) || !arg_double(args[5], "allreduce", "prescale", &prescale) ||
+        !arg_double(args[6], "allreduce", "postscale", &postscale) ||
+        !arg_long(args[7], "allreduce", "process_set", &process_set))
       return nullptr;
     static const std::vector<int64_t> no_splits;
     std::vector<TensorRequest> reqs;
@@ -256,8 +389,8 @@ PyObject* enqueue_allreduce_batch(PyObject*, PyObject* const* args, Py_ssize_t n
       if (!arg_name(PySequence_Fast_GET_ITEM(lists.seq[0], i), "allreduce: name", &name, &name_len)) return nullptr;
       unsigned long long ptr = PyLong_AsUnsignedLongLong(PySequence_Fast_GET_ITEM(lists.seq[1], i));
       if (PyErr_Occurred()) return nullptr;
-      if (!arg_long(PySequence_Fast_GET_ITEM(lists.seq[2], i), "dtype", &dtype) ||
-          !arg_shape(PySequence_Fast_GET_ITEM(lists.seq[3], i), &shape))
+      if (!arg_long(PySequence_Fast_GET_ITEM(lists.seq[2], i), "allreduce", "dtype", &dtype) ||
+          !arg_shape(PySequence_Fast_GET_ITEM(lists.seq[3], i), "allreduce", &shape))
         return nullptr;
       reqs.push_back(make_request(static_cast<int>(OpType::kAllreduce), std::string(name, name_len), ptr, ptr,
                                   static_cast<int>(dtype), shape, 0, static_cast<int>(op), prescale, postscale,
@@ -289,6 +422,21 @@ PyMethodDef g_run_allreduce_def = fastcall_def<run_allreduce>(
     "run_allreduce",
     "run_allreduce(name, in_ptr, out_ptr, dtype, shape, op, prescale, postscale, process_set): "
     "enqueue + wait_take of an allreduce.");
+PyMethodDef g_run_broadcast_def = fastcall_def<run_broadcast>(
+    "run_broadcast",
+    "run_broadcast(name, in_ptr, out_ptr, dtype, shape, root, process_set): run_allreduce's counterpart.");
+PyMethodDef g_run_allgather_def = fastcall_def<run_allgather>(
+    "run_allgather",
+    "run_allgather(name, in_ptr, out_ptr, out_bytes, dtype, shape, process_set): the result into out when it "
+    "has out_bytes bytes.");
+PyMethodDef g_run_alltoall_def = fastcall_def<run_alltoall>(
+    "run_alltoall",
+    "run_alltoall(name, in_ptr, out_ptr, out_bytes, dtype, shape, splits, process_set): the result into out "
+    "when it has out_bytes bytes; received splits only when splits is not None.");
+PyMethodDef g_run_reducescatter_def = fastcall_def<run_reducescatter>(
+    "run_reducescatter",
+    "run_reducescatter(name, in_ptr, out_ptr, out_bytes, dtype, shape, op, prescale, postscale, process_set): "
+    "this rank's block into out when it has out_bytes bytes.");
 PyMethodDef g_enqueue_allreduce_group_def = fastcall_def<enqueue_allreduce_group>(
     "enqueue_allreduce_group",
     "enqueue_allreduce_group(name, in_ptrs, out_ptrs, dtype, shapes, op, prescale, postscale, "
@@ -305,7 +453,8 @@ PyMethodDef g_enqueue_allreduce_def =
 
 void add_fast_calls(py::module_& m) {
   for (PyMethodDef* def :
-       {&g_run_allreduce_def, &g_enqueue_allreduce_def, &g_enqueue_allreduce_group_def, &g_enqueue_allreduce_batch_def})
+       {&g_run_allreduce_def, &g_run_broadcast_def, &g_run_allgather_def, &g_run_alltoall_def, &g_run_reducescatter_def,
+        &g_enqueue_allreduce_def, &g_enqueue_allreduce_group_def, &g_enqueue_allreduce_batch_def})
     m.add_object(def->ml_name,
                  py::reinterpret_steal<py::object>(PyCFunction_NewEx(def, nullptr, m.attr("__name__").ptr())));
 }

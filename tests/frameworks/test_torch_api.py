@@ -327,6 +327,35 @@ def check_blocking_data_collectives_report_mismatched_shapes(hvd):
     assert hvd.allgather(torch.full((r + 1, 2), float(r)), name="mm.ag").shape == (n * (n + 1) // 2, 2)
 
 
+def check_blocking_data_collectives_with_and_without_an_offered_output(hvd):
+    # Blocking calls offer the core an output sized for the usual case (equal blocks): results of
+    # that size land in it, any other size in memory of the core's; both must be exact, and every
+    # call returns a tensor of its own.
+    r, n = hvd.rank(), hvd.size()
+    vec = torch.arange(6, dtype=torch.float32) + 10 * r
+    first = hvd.allgather(vec, name="offer.ag")
+    second = hvd.allgather(vec, name="offer.ag")
+    assert torch.equal(first, torch.cat([torch.arange(6, dtype=torch.float32) + 10 * i for i in range(n)]))
+    assert torch.equal(first, second) and first.data_ptr() != second.data_ptr()
+    # Alltoall whose rank receives more or fewer rows than it sends: no offered output fits.
+    splits = [[1 + i + 2 * p for p in range(n)] for i in range(n)]  # rank i sends 1 + i + 2p rows to p
+    data = [torch.arange(sum(splits[i]), dtype=torch.int64) + 100 * i for i in range(n)]
+    out, received = hvd.alltoall(data[r], splits=splits[r], name="offer.a2a")
+    assert torch.equal(out, torch.cat([torch.split(data[i], splits[i])[r] for i in range(n)]))
+    assert received.tolist() == [splits[i][r] for i in range(n)]
+    # 1-D with uneven rows: rank 0 gets the remainder.
+    total = sum(torch.arange(2.0 * n + 1) + i for i in range(n))
+    _close(hvd.reducescatter(torch.arange(2.0 * n + 1) + r, op=hvd.Sum, name="offer.rs1d"),
+           torch.split(total, [3] + [2] * (n - 1))[r])
+    # Bad input through the blocking paths: the checked paths' errors.
+    with pytest.raises(ValueError, match="out of range"):
+        hvd.broadcast_(torch.ones(2), root_rank=n)
+    with pytest.raises(ValueError, match="non-negative"):
+        hvd.alltoall(torch.ones(2), splits=[3, -1])
+    strided = torch.arange(8.0).reshape(4, 2)[:, 0] + r  # not contiguous: the staged path
+    assert torch.equal(hvd.broadcast_(strided, root_rank=1, name="offer.strided"), torch.arange(0.0, 8.0, 2.0) + 1)
+
+
 def check_allgather_gradient(hvd):
     r, n = hvd.rank(), hvd.size()
     xs = [_rank_data(i, (i + 1, 2), torch.float64) for i in range(n)]

@@ -251,6 +251,28 @@ void blocking_repeats(Rank& k, bool all_shared_memory) {
   }
   if (all_shared_memory)
     k.expect(k.engine().stats().speculative_sent.load() > sent_before, "no small allreduce went out early");
+  // Blocking broadcasts (a root per ten rounds) and allgathers into an offered output: the same early path.
+  const auto done_before = k.engine().stats().speculative_done.load();
+  for (int i = 0; i < 30; ++i) {
+    const int root = (i / 10) % n;
+    std::vector<float> b(16, float(k.rank() * 100 + i));
+    auto bcast = Rank::request(OpType::kBroadcast, "blocking.bcast", b.data(), b.data(), DataType::kFloat32, {16});
+    bcast.meta.root = root;
+    if (k.succeeded(k.run_blocking(bcast), "blocking broadcast " + std::to_string(i)))
+      k.expect(b[0] == float(root * 100 + i) && b[15] == b[0], "blocking broadcast: wrong values");
+    std::vector<float> mine(4, float(k.rank() * 100 + i)), all(size_t(4 * n), -1.0f);
+    auto gather =
+        Rank::request(OpType::kAllgather, "blocking.gather", mine.data(), all.data(), DataType::kFloat32, {4});
+    gather.out_bytes = all.size() * sizeof(float);
+    Outcome o = k.run_blocking(gather);
+    if (!k.succeeded(o, "blocking allgather " + std::to_string(i))) continue;
+    k.expect(!o.result.has_data, "blocking allgather: the offered output was not used");
+    for (int q = 0; q < n; ++q)
+      k.expect(all[size_t(4 * q)] == float(q * 100 + i) && all[size_t(4 * q + 3)] == float(q * 100 + i),
+               "blocking allgather: wrong values");
+  }
+  if (all_shared_memory)
+    k.expect(k.engine().stats().speculative_done.load() > done_before, "no broadcast or allgather finished early");
 }
 
 // Every collective above on one topology. `shared`: every rank on one host.

@@ -262,3 +262,111 @@ def test_a_rank_does_not_spin_while_a_peers_early_input_waits_for_it():
     (cpu, sent), _ = run_local(_idle_beside_early_input, num_proc=2, timeout=TIMEOUT)
     assert sent > 0
     assert max(cpu) < 0.1, "rank 0 used %s CPU seconds per 0.3 s of sleep" % cpu
+
+
+def _blocking_broadcast(x, root, name="bc"):
+    from horovod_spark.common import ops
+
+    outcome = ops.run_broadcast_prechecked(name, x.ctypes.data, x.ctypes.data, ops.DTYPES[x.dtype.name], x.shape,
+                                           root, 0)
+    if outcome is not True:
+        ops.finish_run(outcome)
+
+
+def _blocking_allgather(x, n, name="ag"):
+    """Blocking allgather offering an output of n equal blocks; returns the result."""
+    import numpy as np
+
+    from horovod_spark.common import ops
+
+    out = np.empty((x.shape[0] * n,) + x.shape[1:], x.dtype)
+    outcome = ops.run_allgather_prechecked(name, x.ctypes.data, out.ctypes.data, out.nbytes, ops.DTYPES[x.dtype.name],
+                                           x.shape, 0)
+    if outcome is True:
+        return out
+    data, shape, _ = ops.finish_run_data(outcome)
+    return out if data is None else np.frombuffer(data, x.dtype).reshape(shape)
+
+
+def _repeat_broadcast_and_allgather(iterations):
+    import numpy as np
+
+    from horovod_spark.common import _core, basics
+
+    basics.init()
+    r, n = basics.rank(), basics.size()
+    wrong = []
+    before = _core.stats()
+    for i in range(iterations):
+        root = (i // 50) % n  # a few roots, each long enough to be cached and go ahead
+        x = np.full(256, float(r * 1000 + i), np.float32)
+        _blocking_broadcast(x, root)
+        if not np.all(x == root * 1000 + i):
+            wrong.append(("broadcast", i))
+        y = np.full((4, 3), float(r * 1000 + i), np.float64)
+        got = _blocking_allgather(y, n)
+        if not np.array_equal(got, np.concatenate([np.full((4, 3), float(q * 1000 + i)) for q in range(n)])):
+            wrong.append(("allgather", i))
+    after = _core.stats()
+    basics.shutdown()
+    return wrong, {k: after[k] - before[k] for k in ("speculative_sent", "speculative_done", "responses")}
+
+
+def test_repeated_small_broadcasts_and_allgathers_complete_without_responses():
+    results = run_local(_repeat_broadcast_and_allgather, args=(150,), num_proc=3, timeout=TIMEOUT)
+    for wrong, stats in results:
+        assert wrong == []
+        # 300 collectives: the first of each signature (3 roots, one allgather) negotiates.
+        assert stats["speculative_sent"] >= 250, stats
+        assert stats["speculative_done"] >= 200, stats
+        assert stats["responses"] <= 100, stats
+
+
+def _data_disagreement_after_early_send():
+    import numpy as np
+
+    from horovod_spark.common import _core, basics
+    from horovod_spark.exceptions import HorovodCollectiveError
+
+    basics.init()
+    r, n = basics.rank(), basics.size()
+    outcomes = []
+    x = np.ones(100, np.float32)
+    for _ in range(20):  # cached: every rank goes ahead on its own
+        _blocking_allgather(x, n)
+        _blocking_broadcast(x, 0)
+    # Rank 1 gathers more rows than it did (80 KB, more than the direct algorithm takes): a valid
+    # allgather, which the others' early blocks must still complete exactly.
+    mine = np.full(100 if r != 1 else 20000, float(r), np.float32)
+    sent = _core.stats()["speculative_sent"]
+    got = _blocking_allgather(mine, n)
+    early = [_core.stats()["speculative_sent"] - sent]
+    outcomes.append(np.array_equal(got, np.concatenate([np.full(100 if q != 1 else 20000, float(q), np.float32)
+                                                        for q in range(n)])))
+    # Rank 2 broadcasts a different shape after the root's data went out: an error everywhere.
+    error = None
+    sent = _core.stats()["speculative_sent"]
+    try:
+        _blocking_broadcast(np.ones(101 if r == 2 else 100, np.float32), 0)
+    except HorovodCollectiveError as exc:
+        error = str(exc)
+    early.append(_core.stats()["speculative_sent"] - sent)
+    # The links carry nothing stale afterwards.
+    for i in range(30):
+        y = np.full(100, float(r * 10 + i), np.float32)
+        _blocking_broadcast(y, i % n)
+        outcomes.append(bool(np.all(y == (i % n) * 10 + i)))
+        got = _blocking_allgather(y, n)
+        outcomes.append(np.array_equal(got, np.concatenate([np.full(100, float((i % n) * 10 + i), np.float32)] * n)))
+    basics.shutdown()
+    return error, outcomes, early
+
+
+def test_disagreeing_broadcasts_and_allgathers_after_early_sends_fall_back_and_leave_the_links_clean():
+    results = run_local(_data_disagreement_after_early_send, num_proc=3, timeout=TIMEOUT)
+    for error, outcomes, _ in results:
+        assert error is not None and "'bc'" in error and "shape" in error, error
+        assert all(outcomes), outcomes
+    # The ranks whose requests matched the cache had sent their inputs early (rank 1's allgather and
+    # rank 2's broadcast missed it).
+    assert [early for _, _, early in results] == [[1, 1], [0, 1], [1, 0]]
