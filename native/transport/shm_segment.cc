@@ -188,16 +188,14 @@ void ShmLink::offer_copy_share(uint64_t dest, size_t bytes, size_t chunk) {
   doorbell_ring_if_sleeping(peer_bell_);
 }
 
-bool ShmLink::claim_front_chunk(size_t* offset, size_t* bytes) {
+bool ShmLink::claim_front_chunk(size_t* index) {
   CopyShare& s = in_->share;
   uint64_t c = s.claims.load(std::memory_order_relaxed);
   do {
     if (claims_front(c) >= claims_back(c)) return false;
   } while (!s.claims.compare_exchange_weak(c, pack_claims(claims_tag(c), claims_front(c) + 1, claims_back(c)),
                                            std::memory_order_relaxed));
-  const size_t chunk = s.chunk.load(std::memory_order_relaxed), total = s.bytes.load(std::memory_order_relaxed);
-  *offset = claims_front(c) * chunk;
-  *bytes = std::min(chunk, total - *offset);
+  *index = claims_front(c);
   return true;
 }
 
@@ -222,11 +220,12 @@ bool ShmLink::claim_back_chunk(uint64_t message_end, size_t message_bytes, uint6
   if (s.message_end.load(std::memory_order_relaxed) != message_end ||
       s.bytes.load(std::memory_order_relaxed) != message_bytes)
     return false;
+  // A chunk past the message's end is never claimed here, so that no write reads beyond it.
+  const size_t chunk = s.chunk.load(std::memory_order_relaxed);
   do {
-    if (claims_front(c) >= claims_back(c)) return false;
+    if (claims_front(c) >= claims_back(c) || chunk == 0 || (claims_back(c) - 1) * chunk >= message_bytes) return false;
   } while (!s.claims.compare_exchange_weak(c, pack_claims(claims_tag(c), claims_front(c), claims_back(c) - 1),
                                            std::memory_order_acquire));
-  const size_t chunk = s.chunk.load(std::memory_order_relaxed);
   *dest = s.dest.load(std::memory_order_relaxed);
   *offset = (claims_back(c) - 1) * chunk;
   *bytes = std::min(chunk, message_bytes - *offset);

@@ -131,13 +131,13 @@ class ShmLink : public PeerLink {
 
   // Shared copies (single_copy.h). Reading: whether the peer may write into this process (its
   // probe of this rank's memory succeeded), the offer of the message whose spans arrive next
-  // (`bytes` bytes, going to `dest`, in chunks of `chunk`), a claim of the next chunk from the front,
-  // and the bytes the peer has written into offered messages. Writing: whether this rank may
+  // (`bytes` bytes, going to `dest`, in chunks of `chunk`), a claim of the next chunk from the front
+  // (its index), and the bytes the peer has written into offered messages. Writing: whether this rank may
   // write into the peer, and a claim of a chunk from the back of the offer for the message that
   // ends at `message_end` (note_pushed after writing it).
   bool peer_may_write_here() const { return send_single_copy_from() > 0; }
   void offer_copy_share(uint64_t dest, size_t bytes, size_t chunk);
-  bool claim_front_chunk(size_t* offset, size_t* bytes);
+  bool claim_front_chunk(size_t* index);
   void withdraw_copy_share();  // claims every chunk left (the receive was abandoned)
   uint64_t pushed_by_peer() const { return in_->share.pushed.load(std::memory_order_acquire); }
   bool may_write_peer() const { return recv_single_copy_from() > 0; }

@@ -51,6 +51,7 @@ struct SingleCopyProgress {
   size_t skip = 0;
   bool shared = false;
   uint64_t source = 0;  // (shared) the message's one range in the sender
+  size_t chunk = 0;     // (shared) the offer's chunk size
   size_t own = 0;
   uint64_t pushed_from = 0;
 };

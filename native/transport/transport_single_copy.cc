@@ -60,6 +60,7 @@ bool Transport::receive_single_copy(PeerLink* link, ShmLink* shm, const RecvSpec
       if ((spec.bytes + chunk - 1) / chunk <= kMaxSharedCopyChunks) {
         at.shared = true;
         at.source = span(0).addr;
+        at.chunk = chunk;
         at.own = 0;
         at.pushed_from = shm->pushed_by_peer();
         shm->offer_copy_share(reinterpret_cast<uintptr_t>(spec.dest), spec.bytes, chunk);
@@ -131,8 +132,14 @@ bool Transport::receive_single_copy(PeerLink* link, ShmLink* shm, const RecvSpec
 }
 
 bool Transport::advance_shared_copy(ShmLink* shm, const RecvSpec& spec, SingleCopyProgress& at, bool may_claim) {
-  size_t offset, k;
-  if (may_claim && shm->claim_front_chunk(&offset, &k)) {
+  size_t index;
+  if (may_claim && shm->claim_front_chunk(&index)) {
+    // The chunk's place from this end's own record of the offer: the shared header only says which.
+    const size_t offset = index * at.chunk;
+    if (offset >= spec.bytes)
+      throw TransportError(describe(spec.peer) + " corrupted a shared copy's claims (chunk " + std::to_string(index) +
+                           " of a message of " + std::to_string(spec.bytes) + " bytes)");
+    const size_t k = std::min(at.chunk, spec.bytes - offset);
     if (int err = read_peer_memory(shm->peer_pid(), static_cast<uint8_t*>(spec.dest) + offset, at.source + offset, k))
       throw TransportError(explain("cannot read the data " + describe(spec.peer) + " sent: " + peer_memory_error(err)));
     at.own += k;

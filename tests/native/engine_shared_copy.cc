@@ -50,8 +50,11 @@ void scenario_shared_copy() {
     size_t front = 0, back = 0, written = 0, next_front = 0, next_back = bytes;
     for (bool more = true; more;) {
       more = false;
-      for (int i = 0; i < 2 && receiver.claim_front_chunk(&off, &k); ++i, ++front) {
-        expect(off == next_front && k > 0, kRank, what + "a front claim is not the next chunk");
+      size_t index;
+      for (int i = 0; i < 2 && receiver.claim_front_chunk(&index); ++i, ++front) {
+        off = index * chunk;
+        k = std::min(chunk, bytes - off);
+        expect(off == next_front, kRank, what + "a front claim is not the next chunk");
         expect(hs::read_peer_memory(me, dst.data() + off, reinterpret_cast<uintptr_t>(src.data()) + off, k) == 0, kRank,
                what + "a read failed");
         next_front = off + k;
@@ -83,9 +86,10 @@ void scenario_shared_copy() {
   receiver.offer_copy_share(reinterpret_cast<uintptr_t>(dst.data()), dst.size(), hs::shared_copy_chunk(dst.size()));
   size_t off, k;
   uint64_t dest;
-  expect(receiver.claim_front_chunk(&off, &k), kRank, "the receiver could not claim a chunk of a fresh offer");
+  size_t index;
+  expect(receiver.claim_front_chunk(&index) && index == 0, kRank, "the receiver could not claim a fresh offer's chunk");
   receiver.withdraw_copy_share();
-  expect(!sender.claim_back_chunk(end, dst.size(), &dest, &off, &k) && !receiver.claim_front_chunk(&off, &k), kRank,
+  expect(!sender.claim_back_chunk(end, dst.size(), &dest, &off, &k) && !receiver.claim_front_chunk(&index), kRank,
          "a chunk of a withdrawn offer was claimed");
   const uint64_t word = 1;
   expect(hs::write_peer_memory(me, &word, 16, sizeof(word)) != 0, kRank, "a write to an unmapped range did not fail");
