@@ -1,6 +1,9 @@
 // Algorithm switch points, in one place because allreduce and reducescatter must choose the same
 // algorithm for the same total size: that is what makes a reducescatter block bit-identical to
-// the matching slice of an allreduce (see reducescatter.cc).
+// the matching slice of an allreduce (see reducescatter.cc). How a message moves between two ranks
+// is the transport's choice, with its reasons there: single-copy from
+// TransportOptions::shm_single_copy_bytes, copies shared by both ends in chunks of
+// shared_copy_chunk() (transport/single_copy.h).
 #pragma once
 #include <cstddef>
 

@@ -128,6 +128,8 @@ class Engine {
   Stats& stats() { return stats_; }
   // Bytes received single-copy from peers on this host (transport/single_copy.h).
   int64_t single_copy_bytes() const { return transport_.single_copy_bytes(); }
+  // Of the single-copy bytes peers received, those this rank wrote into them itself (shared copies).
+  int64_t shared_copy_bytes() const { return transport_.shared_copy_bytes(); }
   int local_cpus() const { return transport_.local_cpus(); }
   bool ranks_share_cpus() const { return transport_.oversubscribed(); }
   // Autotune's setting in force on this rank and where rank 0's search is (engine_tuning.cc).

@@ -310,6 +310,7 @@ PYBIND11_MODULE(_core, m) {
     d["hierarchical_allgathers"] = s.hierarchical_allgathers.load();
     d["nccl_collectives"] = s.nccl_collectives.load();
     d["single_copy_bytes"] = e->single_copy_bytes();
+    d["shared_copy_bytes"] = e->shared_copy_bytes();
     d["idle_result_bytes"] = static_cast<int64_t>(idle_result_bytes());
     return d;
   });

@@ -14,6 +14,7 @@
 #include <new>
 
 #include "common/errors.h"
+#include "transport/single_copy.h"
 
 namespace hs {
 
@@ -171,7 +172,69 @@ void ShmLink::notify_space_freed() {
 uint64_t ShmLink::news_mark() const {
   // All only grow: their sum changes whenever one does.
   return in_->head.load(std::memory_order_acquire) + out_->tail.load(std::memory_order_acquire) +
-         out_->copied.load(std::memory_order_acquire);
+         out_->copied.load(std::memory_order_acquire) + out_->share.offers.load(std::memory_order_acquire) +
+         in_->share.pushed.load(std::memory_order_acquire);
+}
+
+void ShmLink::offer_copy_share(uint64_t dest, size_t bytes, size_t chunk) {
+  CopyShare& s = in_->share;
+  const uint64_t n = s.offers.load(std::memory_order_relaxed) + 1;
+  s.message_end.store(in_->copied.load(std::memory_order_relaxed) + bytes, std::memory_order_relaxed);
+  s.dest.store(dest, std::memory_order_relaxed);
+  s.bytes.store(bytes, std::memory_order_relaxed);
+  s.chunk.store(chunk, std::memory_order_relaxed);
+  s.claims.store(pack_claims(n, 0, (bytes + chunk - 1) / chunk), std::memory_order_release);
+  s.offers.store(n, std::memory_order_release);
+  doorbell_ring_if_sleeping(peer_bell_);
+}
+
+bool ShmLink::claim_front_chunk(size_t* index) {
+  CopyShare& s = in_->share;
+  uint64_t c = s.claims.load(std::memory_order_relaxed);
+  do {
+    if (claims_front(c) >= claims_back(c)) return false;
+  } while (!s.claims.compare_exchange_weak(c, pack_claims(claims_tag(c), claims_front(c) + 1, claims_back(c)),
+                                           std::memory_order_relaxed));
+  *index = claims_front(c);
+  return true;
+}
+
+void ShmLink::withdraw_copy_share() {
+  CopyShare& s = in_->share;
+  uint64_t c = s.claims.load(std::memory_order_relaxed);
+  while (claims_front(c) < claims_back(c) &&
+         !s.claims.compare_exchange_weak(c, pack_claims(claims_tag(c), claims_back(c), claims_back(c)),
+                                         std::memory_order_relaxed)) {
+  }
+}
+
+bool ShmLink::claim_back_chunk(uint64_t message_end, size_t message_bytes, uint64_t* dest, size_t* offset,
+                               size_t* bytes) {
+  CopyShare& s = out_->share;
+  // acquire: pairs with the offer's release store (and the release sequence of the claims after
+  // it), so that the offer's fields below are this offer's.
+  uint64_t c = s.claims.load(std::memory_order_acquire);
+  if (claims_front(c) >= claims_back(c)) return false;
+  // Only the offer for this message can have chunks left: an earlier one is exhausted before its
+  // message completes, and a later one needs a message this sender has not sent yet.
+  if (s.message_end.load(std::memory_order_relaxed) != message_end ||
+      s.bytes.load(std::memory_order_relaxed) != message_bytes)
+    return false;
+  // A chunk past the message's end is never claimed here, so that no write reads beyond it.
+  const size_t chunk = s.chunk.load(std::memory_order_relaxed);
+  do {
+    if (claims_front(c) >= claims_back(c) || chunk == 0 || (claims_back(c) - 1) * chunk >= message_bytes) return false;
+  } while (!s.claims.compare_exchange_weak(c, pack_claims(claims_tag(c), claims_front(c), claims_back(c) - 1),
+                                           std::memory_order_acquire));
+  *dest = s.dest.load(std::memory_order_relaxed);
+  *offset = (claims_back(c) - 1) * chunk;
+  *bytes = std::min(chunk, message_bytes - *offset);
+  return true;
+}
+
+void ShmLink::note_pushed(size_t bytes) {
+  out_->share.pushed.fetch_add(bytes, std::memory_order_release);
+  doorbell_ring_if_sleeping(peer_bell_);
 }
 
 void ShmLink::mark_copied(size_t bytes) {

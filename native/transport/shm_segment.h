@@ -13,6 +13,28 @@
 
 namespace hs {
 
+// A single-copy message's copy shared by both ends (single_copy.h, "Shared copies"), in the header
+// of the ring its spans travel on. The reader offers the message in chunks; then the reader claims
+// chunks from the front and reads them, the writer claims chunks from the back and writes them,
+// until none are left.
+struct alignas(64) CopyShare {
+  std::atomic<uint64_t> offers;  // offers ever made: a new one is news for a waiting writer (reader owns)
+  // The offer: which message (its end in RingHeader::copied terms), where it goes in the reader,
+  // its size and the size of one chunk. Written by the reader before `claims` (release).
+  std::atomic<uint64_t> message_end;
+  std::atomic<uint64_t> dest;
+  std::atomic<uint64_t> bytes;
+  std::atomic<uint64_t> chunk;
+  // The unclaimed chunks and the offer's tag (pack_claims in single_copy.h); both ends claim by
+  // compare-and-swap.
+  std::atomic<uint64_t> claims;
+  // Bytes the writer has ever written into offered messages, each store after its write
+  // (release): the reader's copy is complete when the writer's share has landed (writer owns).
+  std::atomic<uint64_t> pushed;
+  char pad[8];
+};
+static_assert(sizeof(CopyShare) == 64, "CopyShare is one cache line");
+
 struct alignas(64) RingHeader {
   std::atomic<uint64_t> head;  // bytes ever written (writer owns)
   std::atomic<uint32_t> writer_waits;  // 1 while the writer waits for space (writer owns)
@@ -26,6 +48,7 @@ struct alignas(64) RingHeader {
   // both ends follow the reader's choice.
   std::atomic<uint64_t> single_copy_from;
   char pad1[40];
+  CopyShare share;  // the copy of the single-copy message being read, when shared (both ends)
 };
 
 // A rank's futex word. Sleepers announce themselves (sleeping) and then look for news once more;
@@ -105,6 +128,21 @@ class ShmLink : public PeerLink {
   size_t recv_single_copy_from() const { return in_->single_copy_from.load(std::memory_order_relaxed); }
   pid_t peer_pid() const { return static_cast<pid_t>(peer_bell_->pid.load(std::memory_order_relaxed)); }
   void mark_copied(size_t bytes);
+
+  // Shared copies (single_copy.h). Reading: whether the peer may write into this process (its
+  // probe of this rank's memory succeeded), the offer of the message whose spans arrive next
+  // (`bytes` bytes, going to `dest`, in chunks of `chunk`), a claim of the next chunk from the front
+  // (its index), and the bytes the peer has written into offered messages. Writing: whether this rank may
+  // write into the peer, and a claim of a chunk from the back of the offer for the message that
+  // ends at `message_end` (note_pushed after writing it).
+  bool peer_may_write_here() const { return send_single_copy_from() > 0; }
+  void offer_copy_share(uint64_t dest, size_t bytes, size_t chunk);
+  bool claim_front_chunk(size_t* index);
+  void withdraw_copy_share();  // claims every chunk left (the receive was abandoned)
+  uint64_t pushed_by_peer() const { return in_->share.pushed.load(std::memory_order_acquire); }
+  bool may_write_peer() const { return recv_single_copy_from() > 0; }
+  bool claim_back_chunk(uint64_t message_end, size_t message_bytes, uint64_t* dest, size_t* offset, size_t* bytes);
+  void note_pushed(size_t bytes);
 
  private:
   RingHeader* out_;

@@ -50,6 +50,26 @@ int read_peer_memory(pid_t pid, void* dst, uint64_t remote, size_t n) {
   return read_peer_memory(pid, &here, 1, &there, 1);
 }
 
+int write_peer_memory(pid_t pid, const void* src, uint64_t remote, size_t n) {
+  iovec here = {const_cast<void*>(src), n};
+  iovec there = {reinterpret_cast<void*>(static_cast<uintptr_t>(remote)), n};
+  while (here.iov_len > 0) {
+    ssize_t k = process_vm_writev(pid, &here, 1, &there, 1, 0);
+    if (k < 0) {
+      if (errno == EINTR) continue;
+      return errno;
+    }
+    if (k == 0) return EFAULT;  // as in read_peer_memory
+    here.iov_base = static_cast<char*>(here.iov_base) + k;
+    here.iov_len -= static_cast<size_t>(k);
+    there.iov_base = static_cast<char*>(there.iov_base) + k;
+    there.iov_len -= static_cast<size_t>(k);
+  }
+  return 0;
+}
+
+size_t shared_copy_chunk(size_t bytes) { return std::clamp(bytes / 16, kMinSharedCopyChunk, kMaxSharedCopyChunk); }
+
 void describe_spans(const uint8_t* p, size_t bytes, const ScatteredBuffer* scattered, std::vector<RemoteSpan>* spans) {
   spans->clear();
   for (size_t off = 0; off < bytes;) {
@@ -68,8 +88,8 @@ bool can_read_peer_memory(pid_t pid, uint64_t remote, uint64_t expected) {
   return pid > 0 && remote != 0 && read_peer_memory(pid, &seen, remote, sizeof(seen)) == 0 && seen == expected;
 }
 
-std::string peer_memory_error(int err) {
-  std::string text = std::string("process_vm_readv: ") + std::strerror(err);
+std::string peer_memory_error(int err, const char* call) {
+  std::string text = std::string(call) + ": " + std::strerror(err);
   if (err == EPERM) text += " (HOROVOD_SHM_SINGLE_COPY_BYTES=0 turns single-copy transfers off)";
   return text;
 }

@@ -225,6 +225,10 @@ void Transport::exchange(const std::vector<SendSpec>& sends, const std::vector<R
     ShmLink* single_copy;     // set: complete once the peer has copied up to await_copied
     uint64_t await_copied;
     bool done;
+    // Set for a single-copy message in one range that this rank may write into the peer: it
+    // helps with the peer's copy (a shared copy, single_copy.h) while it waits.
+    const uint8_t* shared_source = nullptr;
+    size_t message_bytes = 0;
   };
   struct RecvState {
     PeerLink* link;
@@ -268,6 +272,8 @@ void Transport::exchange(const std::vector<SendSpec>& sends, const std::vector<R
       st.total = padded(st.bytes, l->alignment());
       st.single_copy = shm;
       st.await_copied = shm->note_single_copy_send(s.bytes);
+      st.message_bytes = s.bytes;
+      if (mine.size() == 1 && shm->may_write_peer()) st.shared_source = reinterpret_cast<const uint8_t*>(mine[0].addr);
     }
     ss.push_back(st);
     peers.push_back(s.peer);
@@ -284,9 +290,25 @@ void Transport::exchange(const std::vector<SendSpec>& sends, const std::vector<R
   size_t pending = ss.size() + rs.size();
   int64_t idle_since = 0;
   int spins = 0;
+  // A shared receive abandoned part way (an exception below) withdraws its offer, so that the
+  // sender claims no more of a buffer whose owner may reuse it (every completed one is no longer
+  // shared).
+  struct WithdrawOffers {
+    std::vector<RecvState>& rs;
+    ~WithdrawOffers() {
+      for (auto& r : rs)
+        if (r.at.shared) r.single_copy->withdraw_copy_share();
+    }
+  } withdraw{rs};
   while (pending > 0) {
     uint32_t token = activity_token();
     bool progress = false;
+    // A rank that wrote a chunk into a peer this pass leaves the chunks offered to it for the
+    // next: when both ends of a pair send, each then writes its own message into the other's
+    // buffer, and result buffers (the receiving side of an allgather or alltoall) sit on huge
+    // pages (result_buffer.cc), so the writes pin far fewer pages than reads of the senders'
+    // tensors would. What a peer leaves unclaimed is read once there is nothing left to write.
+    bool pushed = false;
     for (auto& s : ss) {
       if (s.done) continue;
       bool moved = false;
@@ -315,11 +337,15 @@ void Transport::exchange(const std::vector<SendSpec>& sends, const std::vector<R
         s.done = true;
         progress = true;
         --pending;
+      } else if (s.shared_source && s.off == s.total &&
+                 push_shared_copy(s.single_copy, s.peer, s.await_copied, s.shared_source, s.message_bytes)) {
+        progress = true;
+        pushed = true;
       }
     }
     for (auto& r : rs) {
       if (r.done) continue;
-      bool moved = r.single_copy ? receive_single_copy(r.link, r.single_copy, *r.spec, r.esize, r.at)
+      bool moved = r.single_copy ? receive_single_copy(r.link, r.single_copy, *r.spec, r.esize, r.at, !pushed)
                                  : receive_through_ring(r.link, *r.spec, r.esize, r.total, r.off);
       if (moved) {
         r.link->notify_space_freed();

@@ -73,6 +73,8 @@ class Transport {
   void exchange(const std::vector<SendSpec>& sends, const std::vector<RecvSpec>& recvs);
   // Bytes this rank has received single-copy (single_copy.h), read straight out of peers' memory.
   int64_t single_copy_bytes() const { return single_copy_bytes_.load(std::memory_order_relaxed); }
+  // Bytes this rank has written into peers' single-copy receives, sharing their copy (single_copy.h).
+  int64_t shared_copy_bytes() const { return shared_copy_bytes_.load(std::memory_order_relaxed); }
   // See Group::scatter_through (the calling thread's exchanges only run one at a time anyway).
   void scatter_through(const ScatteredBuffer* b) { scattered_ = b; }
 
@@ -132,8 +134,16 @@ class Transport {
   // One receive's progress in exchange(), through the ring (off counts stream bytes, padding
   // included) or single-copy; true when something moved.
   bool receive_through_ring(PeerLink* link, const RecvSpec& spec, size_t esize, size_t total, size_t& off);
-  bool receive_single_copy(PeerLink* link, ShmLink* shm, const RecvSpec& spec, size_t esize,
-                           SingleCopyProgress& at);  // (transport_single_copy.cc)
+  // (transport_single_copy.cc; may_claim: see advance_shared_copy)
+  bool receive_single_copy(PeerLink* link, ShmLink* shm, const RecvSpec& spec, size_t esize, SingleCopyProgress& at,
+                           bool may_claim);
+  // A shared copy (single_copy.h), receiving: claims and reads one chunk (unless !may_claim), or
+  // completes the message once every chunk is claimed and the sender's have landed; false when
+  // neither could be done yet.
+  bool advance_shared_copy(ShmLink* shm, const RecvSpec& spec, SingleCopyProgress& at, bool may_claim);
+  // Sending: claims one chunk of the receiver's offer for the message ending at `message_end`
+  // (`bytes` bytes at `source` here) and writes it into the receiver; false when none is left.
+  bool push_shared_copy(ShmLink* shm, int peer, uint64_t message_end, const uint8_t* source, size_t bytes);
   // Where a receive's bytes [off, off + k) land (*dst) and what a kReduce folds them with (*local:
   // the spec's local input, else the destination itself); a scattered buffer cuts k at the end of
   // its piece.
@@ -168,10 +178,10 @@ class Transport {
   bool holding_notifies_ = false;
   const ScatteredBuffer* scattered_ = nullptr;
   std::vector<PeerLink*> owed_notifies_;  // by peer, while holding
-  uint64_t probe_word_ = 0;
-  size_t single_copy_send_from_ = SIZE_MAX;
-  std::atomic<int64_t> single_copy_bytes_{0};  // the least send_single_copy_from() of the local peers  // what local
-                                               // peers read to learn that they can read this rank's memory
+  uint64_t probe_word_ = 0;  // what local peers read to learn that they can read this rank's memory
+  size_t single_copy_send_from_ = SIZE_MAX;  // the least send_single_copy_from() of the local peers
+  std::atomic<int64_t> single_copy_bytes_{0};
+  std::atomic<int64_t> shared_copy_bytes_{0};
 };
 
 // Holds a transport's wake-ups for the lifetime of this object (see hold_notifies).

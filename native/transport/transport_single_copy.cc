@@ -17,7 +17,7 @@ constexpr size_t kSingleCopyReduceChunk = 512 << 10;
 }  // namespace
 
 bool Transport::receive_single_copy(PeerLink* link, ShmLink* shm, const RecvSpec& spec, size_t esize,
-                                    SingleCopyProgress& at) {
+                                    SingleCopyProgress& at, bool may_claim) {
   static thread_local std::vector<iovec> here, there;
   static thread_local std::vector<uint64_t> staging;  // uint64_t: aligned for every dtype
   const bool reduce = spec.mode == RecvMode::kReduce;
@@ -34,6 +34,15 @@ bool Transport::receive_single_copy(PeerLink* link, ShmLink* shm, const RecvSpec
       moved = true;
       continue;
     }
+    if (at.shared) {
+      if (!advance_shared_copy(shm, spec, at, may_claim)) break;
+      moved = true;
+      // One chunk per call, so that the exchange serves its other transfers between chunks.
+      if (at.read < spec.bytes) return true;
+      link->consume(sizeof(RemoteSpan));
+      at.stream += sizeof(RemoteSpan);
+      continue;
+    }
     // The spans that have arrived (the ring's end never splits one), read in one batch: up to the
     // staging buffer's size when reducing, bounded by the ranges one read takes on either side.
     const size_t arrived = std::min(got.second / sizeof(RemoteSpan), kMaxReadRanges);
@@ -43,6 +52,22 @@ bool Transport::receive_single_copy(PeerLink* link, ShmLink* shm, const RecvSpec
       std::memcpy(&sp, got.first + i * sizeof(RemoteSpan), sizeof(sp));
       return sp;
     };
+    // A whole message in one range, to one range, that the sender may help copy: offer it.
+    if (!reduce && at.read == 0 && at.skip == 0 && spec.bytes >= 2 * kMinSharedCopyChunk &&
+        span(0).bytes == spec.bytes && shm->peer_may_write_here() &&
+        (!scattered_ || !scattered_->contains(spec.dest))) {
+      const size_t chunk = shared_copy_chunk(spec.bytes);
+      if ((spec.bytes + chunk - 1) / chunk <= kMaxSharedCopyChunks) {
+        at.shared = true;
+        at.source = span(0).addr;
+        at.chunk = chunk;
+        at.own = 0;
+        at.pushed_from = shm->pushed_by_peer();
+        shm->offer_copy_share(reinterpret_cast<uintptr_t>(spec.dest), spec.bytes, chunk);
+        moved = true;
+        continue;
+      }
+    }
     size_t want = 0;
     const size_t limit = reduce ? std::min(kSingleCopyReduceChunk, spec.bytes - at.read) : spec.bytes - at.read;
     for (size_t i = 0, skip = at.skip; i < arrived && want < limit; ++i, skip = 0) {
@@ -104,6 +129,39 @@ bool Transport::receive_single_copy(PeerLink* link, ShmLink* shm, const RecvSpec
     moved = true;
   }
   return moved;
+}
+
+bool Transport::advance_shared_copy(ShmLink* shm, const RecvSpec& spec, SingleCopyProgress& at, bool may_claim) {
+  size_t index;
+  if (may_claim && shm->claim_front_chunk(&index)) {
+    // The chunk's place from this end's own record of the offer: the shared header only says which.
+    const size_t offset = index * at.chunk;
+    if (offset >= spec.bytes)
+      throw TransportError(describe(spec.peer) + " corrupted a shared copy's claims (chunk " + std::to_string(index) +
+                           " of a message of " + std::to_string(spec.bytes) + " bytes)");
+    const size_t k = std::min(at.chunk, spec.bytes - offset);
+    if (int err = read_peer_memory(shm->peer_pid(), static_cast<uint8_t*>(spec.dest) + offset, at.source + offset, k))
+      throw TransportError(explain("cannot read the data " + describe(spec.peer) + " sent: " + peer_memory_error(err)));
+    at.own += k;
+    return true;
+  }
+  // Done once every chunk is claimed and the sender's have landed (the sum says both).
+  if (shm->pushed_by_peer() - at.pushed_from < spec.bytes - at.own) return false;
+  at.shared = false;
+  at.read = spec.bytes;
+  return true;
+}
+
+bool Transport::push_shared_copy(ShmLink* shm, int peer, uint64_t message_end, const uint8_t* source, size_t bytes) {
+  uint64_t dest;
+  size_t offset, k;
+  if (!shm->claim_back_chunk(message_end, bytes, &dest, &offset, &k)) return false;
+  if (int err = write_peer_memory(shm->peer_pid(), source + offset, dest + offset, k))
+    throw TransportError(
+        explain("cannot write the data for " + describe(peer) + ": " + peer_memory_error(err, "process_vm_writev")));
+  shm->note_pushed(k);
+  shared_copy_bytes_.fetch_add(static_cast<int64_t>(k), std::memory_order_relaxed);
+  return true;
 }
 
 }  // namespace hs

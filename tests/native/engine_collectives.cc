@@ -275,6 +275,50 @@ void blocking_repeats(Rank& k, bool all_shared_memory) {
     k.expect(k.engine().stats().speculative_done.load() > done_before, "no broadcast or allgather finished early");
 }
 
+// Messages large enough to travel single-copy with the default settings, whose copies the
+// senders share when their threads get to it (transport/single_copy.h; engine_shared_copy.cc tests
+// the sharing step by step): an alltoall and an allgather of odd sizes, then broadcasts from each
+// root (2 ranks: direct; 3+: a chain of chunks of 1 MiB and more).
+void shared_copies(Rank& k) {
+  const int n = k.size(), r = k.rank();
+  const size_t piece = (size_t(5) << 16) + 1;  // 1.25 MiB of int32 + 4 bytes to every rank
+  std::vector<int32_t> in(piece * size_t(n));
+  for (size_t i = 0; i < in.size(); ++i) in[i] = int32_t(r * 100000000 + int(i));
+  Outcome o =
+      k.run(Rank::request(OpType::kAlltoall, "shared.a2a", in.data(), nullptr, DataType::kInt32, {int64_t(in.size())}));
+  if (k.succeeded(o, "large alltoall")) {
+    const auto got = as<int32_t>(o.result.data);
+    size_t bad = got.size() == in.size() ? 0 : in.size();
+    for (size_t q = 0; bad == 0 && q < size_t(n); ++q)
+      for (size_t i = 0; i < piece; ++i) bad += got[q * piece + i] != int32_t(q * 100000000 + r * piece + i);
+    k.expect(bad == 0, "large alltoall: " + std::to_string(bad) + " wrong elements");
+  }
+  const size_t block = (size_t(3) << 19) + 5;  // 3 MiB of int16 + 10 bytes from every rank
+  std::vector<int16_t> mine(block, int16_t(r + 1));
+  o = k.run(
+      Rank::request(OpType::kAllgather, "shared.gather", mine.data(), nullptr, DataType::kInt16, {int64_t(block)}));
+  if (k.succeeded(o, "large allgather")) {
+    const auto got = as<int16_t>(o.result.data);
+    size_t bad = got.size() == block * size_t(n) ? 0 : got.size() + 1;
+    for (size_t i = 0; bad == 0 && i < got.size(); ++i) bad += got[i] != int16_t(i / block + 1);
+    k.expect(bad == 0, "large allgather: " + std::to_string(bad) + " wrong elements");
+  }
+  const size_t count = ((n == 2 ? size_t(3) : size_t(17)) << 18) + 3;  // 3 or 17 MiB of int32, + 12 bytes
+  std::vector<int32_t> buf(count);
+  for (int round = 0; round < 2; ++round) {
+    for (int root = 0; root < n; ++root) {
+      for (size_t i = 0; i < count; ++i) buf[i] = r == root ? root * 1000003 + int32_t(i + round) : -1;
+      const std::string name = "shared.bcast." + std::to_string(root);
+      auto req = Rank::request(OpType::kBroadcast, name, buf.data(), buf.data(), DataType::kInt32, {int64_t(count)});
+      req.meta.root = root;
+      if (!k.succeeded(k.run(req), name)) return;
+      size_t bad = 0;
+      for (size_t i = 0; i < count; ++i) bad += buf[i] != root * 1000003 + int32_t(i + round);
+      k.expect(bad == 0, name + ": " + std::to_string(bad) + " wrong elements");
+    }
+  }
+}
+
 // Every collective above on one topology. `shared`: every rank on one host.
 void all_collectives(Rank& k, bool shared) {
   allreduce_sum(k, 7, false);
@@ -300,6 +344,10 @@ void scenario_collectives() {
     std::fprintf(stderr, "  collectives on %s\n", t.name);
     const bool shared = std::all_of(t.host_ids.begin(), t.host_ids.end(), [&](auto& h) { return h == t.host_ids[0]; });
     Job(t.host_ids).run([&](Rank& k) { all_collectives(k, shared); });
+  }
+  for (const Topology& t : {Topology{"shm x2", {"h", "h"}}, Topology{"shm x3", {"h", "h", "h"}}}) {
+    std::fprintf(stderr, "  large messages on %s, copies shared by sender and receiver\n", t.name);
+    Job(t.host_ids).run([&](Rank& k) { shared_copies(k); });
   }
   // Single-copy transfers (transport/single_copy.h) from a size most of the messages above reach,
   // fused and scattered ones included; on two hosts only the shared-memory pairs take them.

@@ -147,6 +147,8 @@ void scenario_links() {
   expect(hs::cpus_in_union(masks({{0, 1}, {1, 2}, {1000}})) == 4, kRank, "the union of the masks is miscounted");
   const hs::CpuMask mine = hs::own_cpu_mask();
   expect(mine.known && mine.count() == hs::usable_cpus(), kRank, "this process's mask was not read");
+
+  scenario_shared_copy();
 }
 
 }  // namespace hs_test

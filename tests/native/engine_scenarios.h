@@ -12,6 +12,7 @@ void scenario_process_sets();   // engine_negotiation.cc
 void scenario_threads(const std::string& timeline_path);  // engine_negotiation.cc
 void scenario_failures();       // engine_failures.cc
 void scenario_links();          // engine_links.cc
+void scenario_shared_copy();    // engine_shared_copy.cc (run by scenario_links)
 void scenario_admission();      // engine_admission.cc
 void scenario_autotune();       // engine_autotune.cc
 void scenario_device();         // engine_device.cc
