@@ -44,7 +44,9 @@ def run_counted(kind, calls, outdir, timeout):
     for name in os.listdir(outdir):  # an earlier run's files (--keep)
         if name.startswith(os.path.basename(prefix) + "."):
             os.remove(os.path.join(outdir, name))
-    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    # A fixed hash seed: with salted str hashes, dict probing at import differs between the two runs
+    # by thousands of instructions, which would show up as per-call cost.
+    env = dict(os.environ, PYTHONHASHSEED="0", PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
     tool = ["--tool=callgrind", "--separate-threads=yes", "--callgrind-out-file=%s.%%p" % prefix]
     worker = [sys.executable, WORKER, kind, str(calls)]
     if kind in TWO_RANK_KINDS:

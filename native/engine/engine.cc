@@ -10,13 +10,12 @@
 #include "common/clock.h"
 #include "common/errors.h"
 #include "common/reduce.h"
+#include "engine/control_kinds.h"
 #include "transport/mpi_group.h"
 
 namespace hs {
 
 namespace {
-// Every control message starts with its kind.
-enum MessageKind : uint8_t { kRequests = 1, kResponses = 2, kSpeculation = 3 };  // 4: kTuningMessage
 enum RequestTag : uint8_t { kFullRequest = 0, kCachedRequest = 1 };
 enum ResponseTag : uint8_t { kFullResponse = 0, kCachedResponses = 1 };
 constexpr int kSpinRoundsBeforeSleep = 2000;
@@ -167,6 +166,15 @@ bool Engine::wait(int64_t handle, double timeout_s) {
 bool Engine::run(TensorRequest req, double timeout_s, int64_t* handle) {
   req.caller_waits = true;
   waiters_driving_++;  // before the request exists, so the engine thread never takes it
+  switch (run_in_lane(req, handle)) {
+    case LaneOutcome::kDone:
+      *handle = kRanByCaller;
+      waiters_driving_--;
+      if (engine_thread_needed()) doorbell_ring(&handoff_);
+      return true;
+    case LaneOutcome::kHandedOver: return drive_until_done(*handle, timeout_s);
+    case LaneOutcome::kNotTaken: break;
+  }
   try {
     *handle = enqueue(std::move(req), false);
   } catch (...) {  // refused (a duplicate name): nothing to drive
@@ -330,8 +338,14 @@ bool Engine::try_speculate(const TensorRequest& req, int32_t cache_id) {
     std::lock_guard<std::mutex> l(queue_mu_);
     if (!gone_.empty() || several_submitters_) return false;
   }
+  send_early(req, req.key, cache_id, bytes);
+  return true;
+}
+
+void Engine::send_early(const TensorRequest& req, const std::string& key, int32_t cache_id, size_t bytes) {
+  const RequestMeta& m = req.meta;
   spec_.active = true;
-  spec_.key = req.key;
+  spec_.key = key;
   spec_.cache_id = cache_id;
   spec_.seq = op_seq_;
   WireWriter w;
@@ -347,7 +361,6 @@ bool Engine::try_speculate(const TensorRequest& req, int32_t cache_id) {
   transport_.progress_control();
   if (m.type == OpType::kAllreduce) allreduce_send_input(*groups_[0], req.in, bytes);
   else send_input_early(*groups_[0], req.in, bytes);
-  return true;
 }
 
 void Engine::note_speculation(int peer, WireReader& r) {
@@ -364,19 +377,29 @@ void Engine::note_speculation(int peer, WireReader& r) {
   }
 }
 
-bool Engine::complete_speculation() {
-  if (!spec_.active) return false;
+Engine::PeerNotes Engine::peers_sent_spec() {
+  PeerNotes seen = PeerNotes::kAll;
   for (int p = 0; p < size_; ++p) {
     if (p == rank_) continue;
     auto& q = peer_specs_[p];
     while (!q.empty() && q.front().second < spec_.seq) q.pop_front();
-    if (q.empty() || q.front().first != spec_.cache_id || q.front().second != spec_.seq) return false;
+    if (q.empty()) seen = PeerNotes::kNotYet;
+    else if (q.front().first != spec_.cache_id || q.front().second != spec_.seq) return PeerNotes::kDiffer;
   }
-  // Every rank sent this same op's input early, so the coordinator answers nothing: finish here.
+  return seen;
+}
+
+void Engine::close_speculation() {
   for (int p = 0; p < size_; ++p)
     if (p != rank_) peer_specs_[p].pop_front();
   spec_.active = false;
   op_seq_++;
+}
+
+bool Engine::complete_speculation() {
+  if (!spec_.active || peers_sent_spec() != PeerNotes::kAll) return false;
+  // Every rank sent this same op's input early, so the coordinator answers nothing: finish here.
+  close_speculation();
   auto it = entries_.find(spec_.key);
   if (it == entries_.end()) return true;
   const RequestMeta& m = it->second.meta;

@@ -89,8 +89,10 @@ class Engine {
   // saves two thread hand-offs per small collective. False on timeout (< 0: no limit).
   bool wait(int64_t handle, double timeout_s);
   // enqueue() then wait() for a caller that blocks at once: the engine thread stays parked from
-  // the start instead of picking the request up and handing it back. *handle is set either way.
+  // the start instead of picking the request up and handing it back. *handle is set either way:
+  // kRanByCaller when the caller's lane finished it (done, no data: nothing to take).
   bool run(TensorRequest req, double timeout_s, int64_t* handle);
+  static constexpr int64_t kRanByCaller = 0;  // (handles start at 1)
 
   // Returns a handle; errors that need no negotiation (unknown process set, engine failed)
   // complete the handle at once. A name already in flight throws std::invalid_argument instead
@@ -121,6 +123,7 @@ class Engine {
     std::atomic<int64_t> scattered_allreduces{0};  // fused allreduces run with no fusion-buffer copy
     std::atomic<int64_t> speculative_sent{0};  // small allreduces whose input left before negotiation
     std::atomic<int64_t> speculative_done{0};  // ... that then completed with no response at all
+    std::atomic<int64_t> caller_lane_done{0};  // ... of those, run start to end by the caller's lane
     std::atomic<int64_t> hierarchical_allreduces{0};  // allreduces run in two levels (hierarchical.h)
     std::atomic<int64_t> hierarchical_allgathers{0};  // allgathers run in two levels
     std::atomic<int64_t> nccl_collectives{0};  // responses the NCCL data plane ran (device memory)
@@ -178,8 +181,21 @@ class Engine {
   void tune_after_cycle(size_t bytes);
   void take_tuning(WireReader& r);
   bool try_speculate(const TensorRequest& req, int32_t cache_id);
+  // Sends req's input early as cache id `cache_id` under the next op number (see Speculation).
+  void send_early(const TensorRequest& req, const std::string& key, int32_t cache_id, size_t bytes);
   void note_speculation(int peer, WireReader& r);
+  // Whether every peer's next note is spec_'s op (kAll), one has not sent it yet, or one sent another.
+  enum class PeerNotes { kNotYet, kAll, kDiffer };
+  PeerNotes peers_sent_spec();
+  void close_speculation();  // spec_'s op is done on every rank: its notes and op number are used up
   bool complete_speculation();
+  // caller_lane.cc (see LaneMemo).
+  enum class LaneOutcome { kNotTaken, kDone, kHandedOver };
+  LaneOutcome run_in_lane(TensorRequest& req, int64_t* handle);
+  LaneOutcome lane_wait_and_reduce(TensorRequest& req, int64_t* handle);
+  PeerNotes take_lane_notes();
+  void hand_over(TensorRequest& req, int64_t* handle);
+  bool lane_key_is(const std::string& key) const;
   // complete_speculation() of a broadcast or allgather (entries_ holds req).
   bool complete_data_speculation(const TensorRequest& req);
   void finish(const std::string& key, HandleResult result);
@@ -265,6 +281,25 @@ class Engine {
   // submitted from several threads, in different orders on different ranks, two ranks could
   // each hold what the other waits for. So a process that has submitted from more than one
   // thread does not speculate any more.
+  // The caller's lane: a small cached allreduce that its caller blocks on (run()), with nothing
+  // else in this process in flight or queued, is run start to end by the calling thread, holding
+  // progress_mu_: the speculative path (send early, wait for every peer's note, reduce) with no
+  // handle, no entry, no in-flight name and no engine pass. Any other message arriving meanwhile
+  // (a response, a request, a different note) or a peer slower than a spin hands the request over
+  // (hand_over) to the engine's usual bookkeeping, where the speculation continues as if
+  // try_speculate had started it. The memo keeps the last request's signature, cache id and key,
+  // so that a loop repeating one call looks nothing up.
+  struct LaneMemo {
+    RequestMeta meta;
+    int32_t id = -1;
+    std::string key;
+    uint64_t cache_version = 0;  // my_cache_version_ when memoised
+  };
+  LaneMemo lane_memo_;          // written under progress_mu_ and queue_mu_ (lane_key_ points into it)
+  uint64_t my_cache_version_ = 0;  // bumped when my_cache_ changes
+  // The lane's key while it runs, read by admit_locked (under queue_mu_) to refuse the same name
+  // from another thread as a duplicate, as inflight_ would.
+  std::atomic<const std::string*> lane_key_{nullptr};
   std::thread::id submitter_{};
   bool several_submitters_ = false;  // guarded by queue_mu_
   std::vector<std::deque<std::pair<int32_t, int64_t>>> peer_specs_;  // (cache id, op number) by peer

@@ -77,6 +77,7 @@ void Engine::remember_cacheable(const Response& r) {
       if (!present) {
         if (known.size() >= 4) known.erase(known.begin());  // a name used many ways: keep the latest
         known.push_back(KnownRequest{meta, id});
+        my_cache_version_++;
       }
     }
   }

@@ -30,7 +30,7 @@ void Engine::admit_locked(TensorRequest& req, std::string* err, HandleError* kin
   } else if (std::find(ps->second.begin(), ps->second.end(), rank_) == ps->second.end()) {
     *err = std::string(op_type_name(m.type)) + " of '" + m.name + "': rank " + std::to_string(rank_) +
            " is not a member of process set " + std::to_string(m.process_set);
-  } else if (inflight_.count(key)) {
+  } else if (inflight_.count(key) || lane_key_is(key)) {
     *duplicate = duplicate_name_message(m.name);
   } else {
     for (int g : gone_)
@@ -126,7 +126,7 @@ void Engine::check_names_free(int32_t process_set, const std::vector<std::string
   std::unordered_set<std::string> seen;
   for (const std::string& name : names) {
     std::string key = key_of(process_set, name);
-    if (inflight_.count(key)) throw std::invalid_argument(duplicate_name_message(name));
+    if (inflight_.count(key) || lane_key_is(key)) throw std::invalid_argument(duplicate_name_message(name));
     if (!seen.insert(key).second)
       throw std::invalid_argument("the name '" + name +
                                   "' is given to two collectives of one call; "

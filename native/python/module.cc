@@ -306,6 +306,7 @@ PYBIND11_MODULE(_core, m) {
     d["scattered_allreduces"] = s.scattered_allreduces.load();
     d["speculative_sent"] = s.speculative_sent.load();
     d["speculative_done"] = s.speculative_done.load();
+    d["caller_lane_done"] = s.caller_lane_done.load();
     d["hierarchical_allreduces"] = s.hierarchical_allreduces.load();
     d["hierarchical_allgathers"] = s.hierarchical_allgathers.load();
     d["nccl_collectives"] = s.nccl_collectives.load();

@@ -1,5 +1,7 @@
 #include "transport/shm_segment.h"
 
+#include "transport/asymmetric_fence.h"
+
 #include <fcntl.h>
 #include <linux/futex.h>
 #include <sys/mman.h>
@@ -14,6 +16,7 @@
 #include <new>
 
 #include "common/errors.h"
+#include "transport/asymmetric_fence.h"
 #include "transport/single_copy.h"
 
 namespace hs {
@@ -103,9 +106,9 @@ ShmSegment::~ShmSegment() {
 
 void doorbell_wait(Doorbell* d, uint32_t seen, int timeout_us, bool (*has_news)(void*), void* ctx) {
   d->sleeping.fetch_add(1, std::memory_order_seq_cst);
-  // Pairs with the fence in doorbell_ring_if_sleeping: either the writer sees this sleeper, or
-  // the look below sees what it wrote.
-  std::atomic_thread_fence(std::memory_order_seq_cst);
+  // Pairs with the light fence in doorbell_ring_if_sleeping: either the writer sees this sleeper,
+  // or the look below sees what it wrote.
+  heavy_fence();
   if (d->seq.load(std::memory_order_seq_cst) == seen && !(has_news && has_news(ctx))) {
     struct timespec ts;
     ts.tv_sec = timeout_us / 1000000;
@@ -125,7 +128,7 @@ void doorbell_ring(Doorbell* d) {
 }
 
 void doorbell_ring_if_sleeping(Doorbell* d) {
-  std::atomic_thread_fence(std::memory_order_seq_cst);
+  light_fence();
   if (d->sleeping.load(std::memory_order_relaxed)) doorbell_ring(d);
 }
 
@@ -165,7 +168,7 @@ void ShmLink::consume(size_t n) {
 // The two fences pair up (store then load on each side): either the writer's retry sees the
 // new tail, or this load sees the writer's flag. Only the writer clears the flag.
 void ShmLink::notify_space_freed() {
-  std::atomic_thread_fence(std::memory_order_seq_cst);
+  light_fence();
   if (in_->writer_waits.load(std::memory_order_relaxed)) doorbell_ring_if_sleeping(peer_bell_);
 }
 
@@ -246,7 +249,8 @@ void ShmLink::wait_for_space(bool waiting) {
   if (waiting == told_waiting_) return;
   told_waiting_ = waiting;
   out_->writer_waits.store(waiting ? 1 : 0, std::memory_order_relaxed);
-  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (waiting) heavy_fence();  // (pairs with notify_space_freed's light fence)
+  else std::atomic_thread_fence(std::memory_order_seq_cst);
 }
 
 }  // namespace hs

@@ -87,6 +87,13 @@ class Transport {
   // Control messages: queued and flushed by progress_control(); never block.
   void post_control(int peer, std::string msg);
   bool pop_control(int peer, std::string* msg);
+  // The first byte (the kind) of the message pop_control would return next; false when none.
+  bool peek_control(int peer, uint8_t* kind) const {
+    const auto& ready = queues_[static_cast<size_t>(peer)].ready;
+    if (ready.empty() || ready.front().empty()) return false;
+    *kind = static_cast<uint8_t>(ready.front()[0]);
+    return true;
+  }
   bool progress_control();
   // Control messages posted but not yet all written to their links (a full ring).
   bool has_unsent_control() const;
