@@ -1,5 +1,8 @@
-// The caller's lane (engine.h, LaneMemo): a blocking small allreduce run by its own thread.
+// The caller's lane (engine.h, LaneMemo): a blocking small allreduce, broadcast or allgather run by
+// its own thread.
 #include <sched.h>
+
+#include <cstring>
 
 #include "collectives/collectives.h"
 #include "collectives/tuning.h"
@@ -23,26 +26,54 @@ bool Engine::lane_key_is(const std::string& key) const {
 
 Engine::LaneOutcome Engine::run_in_lane(TensorRequest& req, int64_t* handle) {
   const RequestMeta& m = req.meta;
-  // The conditions of try_speculate for an allreduce, plus: nothing else of this process queued or
-  // in flight, and nothing that records or tunes per call.
-  if (m.type != OpType::kAllreduce || m.process_set != 0 || m.device || !req.members.empty() || m.prescale != 1.0 ||
-      m.op == ReduceOp::kAdasum || !cfg_.speculative_allreduce || mpi_comm_ || size_ < 2 || autotuner_ ||
-      timeline_.active() || queued_.load(std::memory_order_acquire))
+  // The conditions of try_speculate, plus: nothing else of this process queued or in flight, nothing
+  // that records or tunes per call, and for an allgather an offered output (its result needs no
+  // handle to travel in).
+  if (m.process_set != 0 || m.device || !req.members.empty() || !cfg_.speculative_allreduce || mpi_comm_ ||
+      size_ < 2 || autotuner_ || timeline_.active() || queued_.load(std::memory_order_acquire))
     return LaneOutcome::kNotTaken;
   const size_t bytes = static_cast<size_t>(m.num_elements()) * dtype_size(m.dtype);
-  if (bytes == 0 || bytes > tuning::kDirectReduceBytes) return LaneOutcome::kNotTaken;
+  size_t early = bytes;  // what this rank sends ahead
+  switch (m.type) {
+    case OpType::kAllreduce:
+      if (m.prescale != 1.0 || m.op == ReduceOp::kAdasum || bytes == 0 || bytes > tuning::kDirectReduceBytes)
+        return LaneOutcome::kNotTaken;
+      break;
+    case OpType::kBroadcast:
+      if (bytes == 0 || bytes > tuning::kDirectBroadcastBytes) return LaneOutcome::kNotTaken;
+      if (m.root != rank_) early = 0;
+      break;
+    case OpType::kAllgather:
+      if (!req.out || req.out_bytes == 0 || req.out_bytes > tuning::kDirectAllgatherBytes)
+        return LaneOutcome::kNotTaken;
+      break;
+    default: return LaneOutcome::kNotTaken;
+  }
   std::unique_lock<std::mutex> progress(progress_mu_, std::try_to_lock);
   if (!progress.owns_lock()) return LaneOutcome::kNotTaken;
   if (dead_ || stop_ || spec_.active || !entries_.empty() || (rank_ == 0 && coordinator_->has_ready()) ||
-      host_groups(0, OpType::kAllreduce) || !transport_.can_send_unread(bytes))
+      (m.type != OpType::kBroadcast && host_groups(0, m.type)) || (early > 0 && !transport_.can_send_unread(early)))
     return LaneOutcome::kNotTaken;
   const bool memo_hit =
       lane_memo_.id >= 0 && lane_memo_.cache_version == my_cache_version_ && lane_memo_.meta.same_signature(m);
   int32_t id = lane_memo_.id;
+  std::vector<size_t> gathered;
   if (!memo_hit) {
     req.key = key_of(0, m.name);
     id = my_cache_.empty() ? -1 : cached_id(req);
     if (id < 0) return LaneOutcome::kNotTaken;
+    if (m.type == OpType::kAllgather) {
+      // Every rank's rows, as the response this cache id stands for says.
+      auto cached = cached_responses_.find(id);
+      if (cached == cached_responses_.end()) return LaneOutcome::kNotTaken;
+      gathered = cached->second.gathered_bytes();
+    }
+  }
+  const std::vector<size_t>& gather_bytes = memo_hit ? lane_memo_.gathered : gathered;
+  if (m.type == OpType::kAllgather) {
+    size_t total = 0;
+    for (size_t b : gather_bytes) total += b;
+    if (total != req.out_bytes) return LaneOutcome::kNotTaken;  // (the usual path allocates the result)
   }
   {
     std::lock_guard<std::mutex> l(queue_mu_);
@@ -51,13 +82,13 @@ Engine::LaneOutcome Engine::run_in_lane(TensorRequest& req, int64_t* handle) {
     if (submitter_ == std::thread::id()) submitter_ = me;
     else if (submitter_ != me) several_submitters_ = true;
     if (several_submitters_ || !failed_.empty() || !gone_.empty() || !queue_.empty()) return LaneOutcome::kNotTaken;
-    if (!memo_hit) lane_memo_ = LaneMemo{m, id, req.key, my_cache_version_};
+    if (!memo_hit) lane_memo_ = LaneMemo{m, id, req.key, my_cache_version_, std::move(gathered)};
     lane_key_.store(&lane_memo_.key, std::memory_order_release);
   }
   try {
     stats_.requests_cached++;
-    send_early(req, lane_memo_.key, id, bytes);
-    return lane_wait_and_reduce(req, handle);
+    send_early(req, lane_memo_.key, id, early);
+    return lane_wait_and_finish(req, handle);
   } catch (const TransportError& e) {
     hand_over(req, handle);  // (first, so that the failure below fails the caller's handle too)
     dead_ = true;
@@ -70,7 +101,7 @@ Engine::LaneOutcome Engine::run_in_lane(TensorRequest& req, int64_t* handle) {
   return LaneOutcome::kHandedOver;
 }
 
-Engine::LaneOutcome Engine::lane_wait_and_reduce(TensorRequest& req, int64_t* handle) {
+Engine::LaneOutcome Engine::lane_wait_and_finish(TensorRequest& req, int64_t* handle) {
   const int64_t start = Timeline::now_us();
   const int64_t patience = transport_.oversubscribed() ? kLaneYieldUs : kLaneSpinUs;
   PeerNotes notes;
@@ -83,12 +114,26 @@ Engine::LaneOutcome Engine::lane_wait_and_reduce(TensorRequest& req, int64_t* ha
     hand_over(req, handle);
     return LaneOutcome::kHandedOver;
   }
+  // Every rank sent this op's input early: the direct algorithm runs with its sends already made.
   close_speculation();
   const RequestMeta& m = req.meta;
   Group& g = *groups_[0];
-  const ReductionPlan plan = plan_reduction(m.op, m.postscale, g.size());
   try {
-    allreduce_after_send(g, req.in, req.out, static_cast<size_t>(m.num_elements()), m.dtype, plan.op, plan.postscale);
+    switch (m.type) {
+      case OpType::kAllreduce: {
+        const ReductionPlan plan = plan_reduction(m.op, m.postscale, g.size());
+        allreduce_after_send(g, req.in, req.out, static_cast<size_t>(m.num_elements()), m.dtype, plan.op,
+                             plan.postscale);
+        break;
+      }
+      case OpType::kBroadcast: {
+        const size_t bytes = static_cast<size_t>(m.num_elements()) * dtype_size(m.dtype);
+        if (m.root == rank_ && req.in != req.out) std::memcpy(req.out, req.in, bytes);
+        broadcast(g, req.out, bytes, m.root, m.root == rank_ ? SentEarly::kByThisRank : SentEarly::kByOthers);
+        break;
+      }
+      default: allgatherv(g, req.in, req.out, lane_memo_.gathered, SentEarly::kByThisRank);
+    }
   } catch (const CollectiveError& e) {
     lane_key_.store(nullptr, std::memory_order_release);
     *handle = handles_.create();

@@ -192,7 +192,7 @@ class Engine {
   // caller_lane.cc (see LaneMemo).
   enum class LaneOutcome { kNotTaken, kDone, kHandedOver };
   LaneOutcome run_in_lane(TensorRequest& req, int64_t* handle);
-  LaneOutcome lane_wait_and_reduce(TensorRequest& req, int64_t* handle);
+  LaneOutcome lane_wait_and_finish(TensorRequest& req, int64_t* handle);
   PeerNotes take_lane_notes();
   void hand_over(TensorRequest& req, int64_t* handle);
   bool lane_key_is(const std::string& key) const;
@@ -281,7 +281,8 @@ class Engine {
   // submitted from several threads, in different orders on different ranks, two ranks could
   // each hold what the other waits for. So a process that has submitted from more than one
   // thread does not speculate any more.
-  // The caller's lane: a small cached allreduce that its caller blocks on (run()), with nothing
+  // The caller's lane: a small cached allreduce, broadcast or allgather (into an offered output)
+  // of the global set that its caller blocks on (run()), with nothing
   // else in this process in flight or queued, is run start to end by the calling thread, holding
   // progress_mu_: the speculative path (send early, wait for every peer's note, reduce) with no
   // handle, no entry, no in-flight name and no engine pass. Any other message arriving meanwhile
@@ -294,6 +295,7 @@ class Engine {
     int32_t id = -1;
     std::string key;
     uint64_t cache_version = 0;  // my_cache_version_ when memoised
+    std::vector<size_t> gathered;  // an allgather's bytes from each rank (its cached response's)
   };
   LaneMemo lane_memo_;          // written under progress_mu_ and queue_mu_ (lane_key_ points into it)
   uint64_t my_cache_version_ = 0;  // bumped when my_cache_ changes

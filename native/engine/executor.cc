@@ -337,16 +337,12 @@ void Engine::execute_allgather(const Response& r, Group& g) {
   std::string key = key_of(r.process_set, r.names[0]);
   auto it = entries_.find(key);
   const auto& shape = r.shapes[0];
-  size_t rb = row_bytes(shape, r.dtype);
-  std::vector<size_t> bytes(g.size());
+  const std::vector<size_t> bytes = r.gathered_bytes();
   int64_t rows = 0;
-  for (int i = 0; i < g.size(); ++i) {
-    bytes[i] = static_cast<size_t>(r.per_rank[i]) * rb;
-    rows += r.per_rank[i];
-  }
+  for (int i = 0; i < g.size(); ++i) rows += r.per_rank[i];
   HandleResult res;
   const TensorRequest* req = it != entries_.end() ? &it->second : nullptr;
-  uint8_t* out = result_memory(req, static_cast<size_t>(rows) * rb, &res);
+  uint8_t* out = result_memory(req, static_cast<size_t>(rows) * row_bytes(shape, r.dtype), &res);
   if (res.has_data) {
     res.shape = shape.empty() ? std::vector<int64_t>{rows} : shape;
     res.shape[0] = rows;

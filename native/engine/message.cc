@@ -83,6 +83,14 @@ size_t Response::tensor_bytes(size_t i) const {
   return n;
 }
 
+std::vector<size_t> Response::gathered_bytes() const {
+  size_t row = dtype_size(dtype);
+  for (size_t i = 1; i < shapes[0].size(); ++i) row *= static_cast<size_t>(shapes[0][i]);
+  std::vector<size_t> bytes(per_rank.size());
+  for (size_t r = 0; r < per_rank.size(); ++r) bytes[r] = static_cast<size_t>(per_rank[r]) * row;
+  return bytes;
+}
+
 void Response::write(WireWriter& w) const {
   w.put<uint8_t>(static_cast<uint8_t>(type));
   w.put<uint32_t>(static_cast<uint32_t>(names.size()));

@@ -87,6 +87,8 @@ struct Response {
   bool all_cached = false;         // not sent: every part was a cache hit (compact encoding)
   bool device = false;             // run by the NCCL data plane (RequestMeta::device)
   size_t tensor_bytes(size_t i) const;
+  // An allgather's bytes from each rank: per_rank rows of tensor 0's row size.
+  std::vector<size_t> gathered_bytes() const;
   void write(WireWriter& w) const;
   static Response read(WireReader& r);
 };

@@ -313,7 +313,8 @@ def _repeat_broadcast_and_allgather(iterations):
             wrong.append(("allgather", i))
     after = _core.stats()
     basics.shutdown()
-    return wrong, {k: after[k] - before[k] for k in ("speculative_sent", "speculative_done", "responses")}
+    return wrong, {k: after[k] - before[k]
+                   for k in ("speculative_sent", "speculative_done", "caller_lane_done", "responses")}
 
 
 def test_repeated_small_broadcasts_and_allgathers_complete_without_responses():
@@ -324,6 +325,7 @@ def test_repeated_small_broadcasts_and_allgathers_complete_without_responses():
         assert stats["speculative_sent"] >= 250, stats
         assert stats["speculative_done"] >= 200, stats
         assert stats["responses"] <= 100, stats
+        assert stats["caller_lane_done"] >= 30, stats  # (see the allreduce's test above)
 
 
 def _data_disagreement_after_early_send():
