@@ -29,8 +29,8 @@ Engine::LaneOutcome Engine::run_in_lane(TensorRequest& req, int64_t* handle) {
   // The conditions of try_speculate, plus: nothing else of this process queued or in flight, nothing
   // that records or tunes per call, and for an allgather an offered output (its result needs no
   // handle to travel in).
-  if (m.process_set != 0 || m.device || !req.members.empty() || !cfg_.speculative_allreduce || mpi_comm_ ||
-      size_ < 2 || autotuner_ || timeline_.active() || queued_.load(std::memory_order_acquire))
+  if (m.process_set != 0 || m.device || !req.members.empty() || !cfg_.speculative_allreduce || mpi_comm_ || size_ < 2 ||
+      autotuner_ || timeline_.active() || queued_.load(std::memory_order_acquire))
     return LaneOutcome::kNotTaken;
   const size_t bytes = static_cast<size_t>(m.num_elements()) * dtype_size(m.dtype);
   size_t early = bytes;  // what this rank sends ahead
