@@ -149,6 +149,7 @@ void scenario_links() {
   expect(mine.known && mine.count() == hs::usable_cpus(), kRank, "this process's mask was not read");
 
   scenario_shared_copy();
+  scenario_wakeups();
 }
 
 }  // namespace hs_test

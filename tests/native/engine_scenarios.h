@@ -13,6 +13,7 @@ void scenario_threads(const std::string& timeline_path);  // engine_negotiation.
 void scenario_failures();       // engine_failures.cc
 void scenario_links();          // engine_links.cc
 void scenario_shared_copy();    // engine_shared_copy.cc (run by scenario_links)
+void scenario_wakeups();        // engine_wakeups.cc (run by scenario_links)
 void scenario_admission();      // engine_admission.cc
 void scenario_autotune();       // engine_autotune.cc
 void scenario_device();         // engine_device.cc
