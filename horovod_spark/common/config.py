@@ -316,7 +316,7 @@ YIELD_WHEN_IDLE = _define("HOROVOD_YIELD_WHEN_IDLE", FLAG, False, "Ranks waiting
 SHM_RING_BYTES = _define("HOROVOD_SHM_RING_BYTES", core_number(65536, "bytes"), 4194304, "Size of each "
                          "shared-memory ring between two ranks on one host (rounded down to a multiple of 4096).",
                          read_by=CORE)
-SHM_SINGLE_COPY_BYTES = _define("HOROVOD_SHM_SINGLE_COPY_BYTES", core_number(0, "bytes"), 1048576, "Messages "
+SHM_SINGLE_COPY_BYTES = _define("HOROVOD_SHM_SINGLE_COPY_BYTES", core_number(0, "bytes"), 524288, "Messages "
                                 "of at least this many bytes between ranks on one host are read straight out of "
                                 "the sender's memory (Linux cross-memory attach, process_vm_readv) instead of "
                                 "passing through the shared-memory ring: one copy instead of two. Used only where "

@@ -60,7 +60,11 @@ void allgatherv(Group& g, const void* in, void* out, const std::vector<size_t>& 
     allgather_direct(g, dst, block, early == SentEarly::kByThisRank);
   } else {
     const bool both_ways = total >= tuning::kBidirectionalRingBytes;
-    ring_allgather(g, make_lanes(block, g.size(), both_ways), dst, 1);
+    // Our block goes out from `in` unless `in` lies inside `out` (then the memmove above may
+    // have overwritten part of it).
+    const char* src = static_cast<const char*>(in);
+    const bool apart = src + mine.count <= dst || src >= dst + total;
+    ring_allgather(g, make_lanes(block, g.size(), both_ways), dst, 1, apart ? src : nullptr, mine.offset);
   }
 }
 

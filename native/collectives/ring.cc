@@ -52,7 +52,8 @@ void ring_reduce_scatter(Group& g, const std::vector<Lane>& lanes, const char* i
   }
 }
 
-void ring_allgather(Group& g, const std::vector<Lane>& lanes, char* buf, size_t unit) {
+void ring_allgather(Group& g, const std::vector<Lane>& lanes, char* buf, size_t unit, const char* own,
+                    size_t own_offset) {
   const int n = g.size(), r = g.rank();
   std::vector<SendSpec> sends;
   std::vector<RecvSpec> recvs;
@@ -64,7 +65,8 @@ void ring_allgather(Group& g, const std::vector<Lane>& lanes, char* buf, size_t 
       const Segment& so = lane.seg[size_t(wrap(r - lane.dir * k, n))];
       const Segment& si = lane.seg[size_t(wrap(r - lane.dir * (k + 1), n))];
       if (so.count > 0) {
-        sends.push_back(SendSpec{wrap(r + lane.dir, n), buf + so.offset * unit, so.count * unit});
+        const char* from = k == 0 && own ? own + (so.offset * unit - own_offset) : buf + so.offset * unit;
+        sends.push_back(SendSpec{wrap(r + lane.dir, n), from, so.count * unit});
       }
       if (si.count > 0) {
         RecvSpec rs;

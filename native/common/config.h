@@ -26,7 +26,7 @@ struct Config {
   bool data_plane_auth = false;                 // HOROVOD_SPARK_DATA_PLANE_AUTH (default: HOROVOD_SPARK_TLS)
   bool yield_when_idle = false;                 // HOROVOD_YIELD_WHEN_IDLE: never spin while waiting
   size_t shm_ring_bytes = size_t(4) << 20;      // HOROVOD_SHM_RING_BYTES
-  size_t shm_single_copy_bytes = size_t(1) << 20;  // HOROVOD_SHM_SINGLE_COPY_BYTES (0 disables)
+  size_t shm_single_copy_bytes = size_t(1) << 19;  // HOROVOD_SHM_SINGLE_COPY_BYTES (0 disables)
   bool speculative_allreduce = true;            // HOROVOD_SPECULATIVE_ALLREDUCE (0 disables)
   Switch hierarchical_allreduce = Switch::kAuto;  // HOROVOD_HIERARCHICAL_ALLREDUCE (rule: HostLayout::applies)
   Switch hierarchical_allgather = Switch::kAuto;  // HOROVOD_HIERARCHICAL_ALLGATHER

@@ -87,8 +87,8 @@ inline uint64_t claims_front(uint64_t c) { return (c >> 24) & 0xffffff; }
 inline uint64_t claims_back(uint64_t c) { return c & 0xffffff; }
 
 // A shared copy's chunks are at least this large, and a message is offered as one only when it
-// holds two of them: below that there is nothing to share (messages are single-copy from 1 MiB
-// by default anyway, HOROVOD_SHM_SINGLE_COPY_BYTES).
+// holds two of them: below that there is nothing to share (messages are single-copy from
+// 512 KiB by default anyway, HOROVOD_SHM_SINGLE_COPY_BYTES).
 constexpr size_t kMinSharedCopyChunk = 256 << 10;
 constexpr size_t kMaxSharedCopyChunk = 1 << 20;
 // The chunk of a shared copy of `bytes`: about 1/16 of it, within [kMinSharedCopyChunk,
