@@ -42,9 +42,7 @@ double sleep_until_moved(hs::Doorbell* bell, hs::ShmLink& link, uint64_t mark) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-void pause_a_little(std::mt19937& rng) {
-  std::this_thread::sleep_for(std::chrono::microseconds(rng() % 100));
-}
+void pause_a_little(std::mt19937& rng) { std::this_thread::sleep_for(std::chrono::microseconds(rng() % 100)); }
 }  // namespace
 
 void scenario_wakeups() {
@@ -87,8 +85,8 @@ void scenario_wakeups() {
       if (n >= sizeof(uint64_t)) {
         uint64_t v;
         std::memcpy(&v, p, sizeof v);
-        if (!expect(v == expected, kRank, what + "message " + std::to_string(expected) + " arrived as " +
-                                              std::to_string(v)))
+        if (!expect(v == expected, kRank,
+                    what + "message " + std::to_string(expected) + " arrived as " + std::to_string(v)))
           break;
         reader.consume(sizeof v);
         reader.notify_space_freed();
