@@ -10,6 +10,7 @@
 
 #include "engine_ranks.h"
 #include "engine_scenarios.h"
+#include "shm_pair.h"
 #include "transport/shm_segment.h"
 #include "transport/single_copy.h"
 
@@ -21,10 +22,7 @@ constexpr int kRank = 0;
 
 void scenario_shared_copy() {
   std::fprintf(stderr, "  shared copies: offer, claims from both ends, the sender's writes\n");
-  const std::string name = "/hs_test_shared_copy_" + std::to_string(::getpid());
-  auto seg = hs::ShmSegment::create(name, 2, 64 << 10, 4 << 10);
-  seg->unlink();
-  for (int i = 0; i < 2; ++i) seg->doorbell(i)->pid.store(uint32_t(::getpid()));
+  auto seg = one_process_segment("shared_copy", 64 << 10, 4 << 10);
   // Both directions single-copy (each end's probe of the other succeeded).
   seg->ring(false, 0, 1)->single_copy_from.store(1 << 20);
   seg->ring(false, 1, 0)->single_copy_from.store(1 << 20);

@@ -14,6 +14,7 @@
 
 #include "engine_ranks.h"
 #include "engine_scenarios.h"
+#include "shm_pair.h"
 #include "transport/shm_segment.h"
 
 namespace hs_test {
@@ -47,10 +48,7 @@ void pause_a_little(std::mt19937& rng) { std::this_thread::sleep_for(std::chrono
 
 void scenario_wakeups() {
   std::fprintf(stderr, "  wake-ups: a sleeping reader and a writer sleeping for space are always woken\n");
-  const std::string name = "/hs_test_wakeups_" + std::to_string(::getpid());
-  auto seg = hs::ShmSegment::create(name, 2, 64 << 10, 4 << 10);
-  seg->unlink();
-  for (int i = 0; i < 2; ++i) seg->doorbell(i)->pid.store(uint32_t(::getpid()));
+  auto seg = one_process_segment("wakeups", 64 << 10, 4 << 10);
   for (bool control : {false, true}) {
     // Data rings (64 KiB): the reader runs dry and sleeps. Control rings (4 KiB): the writer fills
     // the ring and sleeps for space.
