@@ -30,7 +30,7 @@ Engine::LaneOutcome Engine::run_in_lane(TensorRequest& req, int64_t* handle) {
   // that records or tunes per call, and for an allgather an offered output (its result needs no
   // handle to travel in).
   if (m.process_set != 0 || m.device || !req.members.empty() || !cfg_.speculative_allreduce || mpi_comm_ || size_ < 2 ||
-      autotuner_ || timeline_.active() || queued_.load(std::memory_order_acquire))
+      timeline_.active() || queued_.load(std::memory_order_acquire))
     return LaneOutcome::kNotTaken;
   const size_t bytes = static_cast<size_t>(m.num_elements()) * dtype_size(m.dtype);
   size_t early = bytes;  // what this rank sends ahead
@@ -51,7 +51,8 @@ Engine::LaneOutcome Engine::run_in_lane(TensorRequest& req, int64_t* handle) {
   }
   std::unique_lock<std::mutex> progress(progress_mu_, std::try_to_lock);
   if (!progress.owns_lock()) return LaneOutcome::kNotTaken;
-  if (dead_ || stop_ || spec_.active || !entries_.empty() || (rank_ == 0 && coordinator_->has_ready()) ||
+  // (autotuner_ is the engine's state: the pass that ends the search resets it)
+  if (dead_ || stop_ || autotuner_ || spec_.active || !entries_.empty() || (rank_ == 0 && coordinator_->has_ready()) ||
       (m.type != OpType::kBroadcast && host_groups(0, m.type)) || (early > 0 && !transport_.can_send_unread(early)))
     return LaneOutcome::kNotTaken;
   const bool memo_hit =
